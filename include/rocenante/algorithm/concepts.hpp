@@ -1,0 +1,57 @@
+// algorithm/concepts.hpp — AXIS: the algorithm, a tag type carrying its schedule math and its tuning values.
+//
+//   Requires of an algorithm A:
+//     A::name                          printable name ("one_shot", "ring")
+//     A::id                            small integer (travels in the flag's call signature)
+//     A::channels(n)                   flag channels per (slot, part) at n ranks
+//     A::slot_bytes(n, capacity)       payload bytes per slot it needs at n ranks for inputs up to `capacity`
+//     A::steps(n)                      communication steps (one_shot: 1; ring: 2(n-1))
+//     A::wire_bytes(n, bytes)          bytes one rank sends for an all-reduce of `bytes` bytes
+//     A::supports_all_gather           whether A implements all_gather
+//     A::template supports<R>          whether A can reduce with reduction R (compile-time refusal otherwise)
+//   and the collectives, called by every thread of a team, on every rank, for every part:
+//     A::template all_reduce<R>(session, in, out, count, parts) -> bool
+//     A::template all_gather<R>(session, in, out, count, parts) -> bool   (when supports_all_gather)
+//
+// Summation order is part of an algorithm's contract, because it decides the bits of the result:
+//   one_shot  every rank sums inputs in rank order 0, 1, ..., n-1
+//   ring      chunk c is summed in ring order c, c+1, ..., c+n-1 (mod n), once, by its owner, and the owner's
+//             bits are copied to every rank
+// Either way every rank ends with the same bytes.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+
+#include "../config.hpp"
+
+namespace rocenante::algorithm {
+
+enum class algo : std::uint8_t { one_shot = 1, ring = 2 };
+
+template <class A>
+concept algorithm = requires(int n, std::uint64_t bytes) {
+  { A::name } -> std::convertible_to<const char*>;
+  { A::id } -> std::convertible_to<algo>;
+  { A::channels(n) } -> std::convertible_to<std::uint32_t>;
+  { A::slot_bytes(n, bytes) } -> std::convertible_to<std::uint64_t>;
+  { A::steps(n) } -> std::convertible_to<std::uint32_t>;
+  { A::wire_bytes(n, bytes) } -> std::convertible_to<std::uint64_t>;
+  { A::supports_all_gather } -> std::convertible_to<bool>;
+};
+
+template <class A>
+constexpr bool check_algorithm() {
+  static_assert(requires { { A::name } -> std::convertible_to<const char*>; },
+                "algorithm is missing `static constexpr const char* name`");
+  static_assert(requires { { A::id } -> std::convertible_to<algo>; }, "algorithm is missing `static constexpr algo id`");
+  static_assert(requires(int n, std::uint64_t b) {
+                  { A::channels(n) } -> std::convertible_to<std::uint32_t>;
+                  { A::slot_bytes(n, b) } -> std::convertible_to<std::uint64_t>;
+                },
+                "algorithm is missing the layout math `channels(n)` and `slot_bytes(n, capacity)`");
+  static_assert(algorithm<A>, "algorithm is missing `steps(n)`, `wire_bytes(n, bytes)` or `supports_all_gather`");
+  return true;
+}
+
+}  // namespace rocenante::algorithm

@@ -1,0 +1,128 @@
+// algorithm/one_shot.hpp — one-shot (all-to-all) all-reduce and all-gather.
+//
+// Schedule, 4 ranks, one part, collective s in slot s&1 (X = rank's input, F = flag):
+//
+//   rank 0:  put X0 -> 1,2,3 | F -> 1,2,3 | wait F from 1,2,3 | out = X0+X1+X2+X3
+//   rank 1:  put X1 -> 0,2,3 | F -> 0,2,3 | wait F from 0,2,3 | out = X0+X1+X2+X3
+//   rank 2:  put X2 -> 0,1,3 | F -> 0,1,3 | wait F from 0,1,3 | out = X0+X1+X2+X3
+//   rank 3:  put X3 -> 0,1,2 | F -> 0,1,2 | wait F from 0,1,2 | out = X0+X1+X2+X3
+//
+//   window of rank r, slot s:  [source 0 | source 1 | ... | source n-1], each `source_stride` bytes;
+//   rank q writes its input into source q of every peer; flag channel q of part p says it has arrived.
+//
+// Cost for S bytes per rank: one communication step; each rank sends (n-1)*S bytes and receives (n-1)*S;
+// the local reduce reads n*S and writes S. Latency ~ launch + stage + one flag hop + reduce.
+//
+// Assumptions: any-to-any connectivity (a switch, NVLink, or one process); every rank calls with the same count.
+// Pitfalls: bytes on the wire grow as (n-1)*S, so for large S at many ranks the ring's 2(n-1)/n*S wins;
+// the own contribution is read straight from the user's input, so `in` may equal `out` (in-place) but must not
+// otherwise overlap it.
+#pragma once
+
+#include <cstdint>
+
+#include "../reduce/packet.hpp"
+#include "concepts.hpp"
+#include "partition.hpp"
+
+namespace rocenante::algorithm {
+
+struct one_shot {
+  static constexpr const char* name = "one_shot";
+  static constexpr algo id = algo::one_shot;
+  static constexpr bool supports_all_gather = true;
+  template <class R>
+  static constexpr bool supports = true;
+
+  ROCENANTE_HOST_DEVICE static constexpr std::uint32_t channels(int n) { return n > 1 ? static_cast<std::uint32_t>(n) : 1u; }
+  ROCENANTE_HOST_DEVICE static constexpr std::uint64_t slot_bytes(int n, std::uint64_t capacity) {
+    return static_cast<std::uint64_t>(n) * protocol::align_up(capacity, packet_bytes);
+  }
+  ROCENANTE_HOST_DEVICE static constexpr std::uint32_t steps(int n) { return n > 1 ? 1u : 0u; }
+  ROCENANTE_HOST_DEVICE static constexpr std::uint64_t wire_bytes(int n, std::uint64_t bytes) {
+    return static_cast<std::uint64_t>(n - 1) * bytes;
+  }
+
+  /// All-reduce part `s.part()` of `parts`. Every team thread of every rank calls, for every part.
+  /// Result: out[i] = sum over q = 0..n-1 of in_q[i], summed in that order in fp32, rounded once; valid in
+  /// `out` for this part's packets when the call returns true, identical bytes on every rank.
+  template <reduce::reduction R, class Session>
+  ROCENANTE_HOST_DEVICE static bool all_reduce(Session& s, const typename R::value_type* in,
+                                               typename R::value_type* out, std::uint64_t count,
+                                               std::uint32_t parts) {
+    if (!stage_and_exchange<R>(s, in, count, parts)) return false;
+    auto& team = s.team();
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    const std::uint64_t stride = h.layout().source_stride;
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    for (std::uint64_t i = pr.begin + team.thread(); i < pr.end; i += team.size()) {
+      reduce::accum_packet<R> acc;
+      for (int q = 0; q < n; ++q) {
+        const reduce::value_packet<R> v = q == r ? reduce::load_user<R>(in, i, count)
+                                                 : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+        if (q == 0)
+          acc = reduce::widen<R>(v);
+        else
+          reduce::accumulate<R>(acc, v);
+      }
+      reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+    }
+    s.finish(parts);
+    return true;
+  }
+
+  /// All-gather part `s.part()` of `parts`: out[q*count + i] = in_q[i] for every rank q, identical on every rank.
+  template <reduce::reduction R, class Session>
+  ROCENANTE_HOST_DEVICE static bool all_gather(Session& s, const typename R::value_type* in,
+                                               typename R::value_type* out, std::uint64_t count,
+                                               std::uint32_t parts) {
+    if (!stage_and_exchange<R>(s, in, count, parts)) return false;
+    auto& team = s.team();
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    const std::uint64_t stride = h.layout().source_stride;
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    for (int q = 0; q < n; ++q) {
+      for (std::uint64_t i = pr.begin + team.thread(); i < pr.end; i += team.size()) {
+        const reduce::value_packet<R> v = q == r ? reduce::load_user<R>(in, i, count)
+                                                 : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+        reduce::store_user<R>(out + q * count, i, count, v);
+      }
+    }
+    s.finish(parts);
+    return true;
+  }
+
+ private:
+  /// enter, stage this part of `in` into source `rank` of every peer's slot, signal, wait for every peer.
+  template <reduce::reduction R, class Session>
+  ROCENANTE_HOST_DEVICE static bool stage_and_exchange(Session& s, const typename R::value_type* in,
+                                                       std::uint64_t count, std::uint32_t parts) {
+    if (!s.enter()) return false;
+    auto& team = s.team();
+    auto& h = s.handle();
+    using handle_t = typename Session::handle_type;
+    const int n = h.ranks(), r = h.rank();
+    const std::uint64_t stride = h.layout().source_stride;
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    const std::uint64_t base = r * stride;
+    for (std::uint64_t i = pr.begin + team.thread(); i < pr.end; i += team.size()) {
+      const reduce::value_packet<R> v = reduce::load_user<R>(in, i, count);
+      if constexpr (handle_t::shared_staging) {
+        if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), base + i * packet_bytes), v);
+      } else {
+        for (int q = 0; q < n; ++q)
+          if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), v);
+      }
+    }
+    team.sync();
+    for (int q = team.thread(); q < n; q += team.size())
+      if (q != r) s.signal(q, static_cast<std::uint32_t>(r), base + pr.begin * packet_bytes, pr.size() * packet_bytes);
+    return s.wait_peers(n, r, [](int q) { return static_cast<std::uint32_t>(q); });
+  }
+};
+
+static_assert(check_algorithm<one_shot>());
+
+}  // namespace rocenante::algorithm

@@ -1,0 +1,38 @@
+// algorithm/partition.hpp — how a collective's packets are split into parts (one part per CTA on a GPU, a loop
+// iteration on the host). The split depends only on values every rank shares (count and configuration),
+// never on pointers or timing, so every rank cuts the data at the same places (HAZARDS #7).
+#pragma once
+
+#include <cstdint>
+
+#include "../protocol/layout.hpp"
+
+namespace rocenante::algorithm {
+
+struct range {
+  std::uint64_t begin;
+  std::uint64_t end;
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t size() const { return end - begin; }
+};
+
+/// Part `part` of `parts` over `total` items: contiguous, in order, sizes differ by at most one.
+ROCENANTE_HOST_DEVICE constexpr range split(std::uint64_t total, std::uint32_t parts, std::uint32_t part) {
+  const std::uint64_t base = total / parts, extra = total % parts;
+  const std::uint64_t begin = part * base + (part < extra ? part : extra);
+  return {begin, begin + base + (part < extra ? 1 : 0)};
+}
+
+/// Number of parts for a collective of `packets` packets: at least `min_packets_per_part` packets per part,
+/// at most `max_parts` parts, at least one part.
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t part_count(std::uint64_t packets, std::uint64_t min_packets_per_part,
+                                                         std::uint32_t max_parts) {
+  const std::uint64_t want = min_packets_per_part ? protocol::ceil_div(packets, min_packets_per_part) : max_parts;
+  return want == 0 ? 1u : (want > max_parts ? max_parts : static_cast<std::uint32_t>(want));
+}
+
+static_assert(split(10, 3, 0).begin == 0 && split(10, 3, 0).end == 4);
+static_assert(split(10, 3, 1).begin == 4 && split(10, 3, 1).end == 7);
+static_assert(split(10, 3, 2).begin == 7 && split(10, 3, 2).end == 10);
+static_assert(split(2, 4, 3).size() == 0);
+
+}  // namespace rocenante::algorithm

@@ -1,0 +1,50 @@
+// config.hpp — compile-time configuration shared by host and device code: the
+// host/device annotation macros, the library version and hard limits.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ROCENANTE_HOST_DEVICE __host__ __device__
+#define ROCENANTE_DEVICE __device__
+#define ROCENANTE_FORCEINLINE __forceinline__
+#else
+#define ROCENANTE_HOST_DEVICE
+#define ROCENANTE_DEVICE
+#define ROCENANTE_FORCEINLINE inline
+#endif
+
+#if defined(__CUDACC__)
+#define ROCENANTE_UNROLL _Pragma("unroll")
+#else
+#define ROCENANTE_UNROLL
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define ROCENANTE_DEVICE_PASS 1
+#else
+#define ROCENANTE_DEVICE_PASS 0
+#endif
+
+#define ROCENANTE_VERSION_MAJOR 0
+#define ROCENANTE_VERSION_MINOR 1
+#define ROCENANTE_VERSION_PATCH 0
+
+namespace rocenante {
+
+/// Library version packed as major*10000 + minor*100 + patch; published at set-up so that ranks built
+/// from different versions refuse to talk to each other (HAZARDS #8).
+inline constexpr std::uint32_t version =
+    ROCENANTE_VERSION_MAJOR * 10000u + ROCENANTE_VERSION_MINOR * 100u + ROCENANTE_VERSION_PATCH;
+
+/// Largest number of ranks in one communicator. Device handles hold one pointer per rank, so this bounds
+/// their size; 16 covers DGX Spark clusters and 8-GPU servers with room to spare.
+inline constexpr int max_ranks = 16;
+
+/// Every payload moves in 16-byte packets (one `uint4` / `float4` access on the GPU).
+inline constexpr int packet_bytes = 16;
+
+/// Two receive slots: collective `seq` uses slot `seq & 1`. See docs/design.md for why two suffice.
+inline constexpr std::uint32_t slot_count = 2;
+
+}  // namespace rocenante

@@ -1,0 +1,24 @@
+// core/options.hpp — what a communicator is configured with. Every rank must pass the same values: they are
+// exchanged at set-up and any difference fails set-up on every rank, naming the field (HAZARDS #8).
+#pragma once
+
+#include <cstdint>
+
+namespace rocenante {
+
+struct options {
+  /// Largest input of one rank to one collective, in bytes (all-gather: one rank's contribution).
+  std::uint64_t capacity_bytes = std::uint64_t{1} << 20;
+  /// Most parts one collective is split into (CTAs on a GPU; loop iterations on the host executor).
+  std::uint32_t max_parts = 4;
+  /// Fewest bytes of input per part; the part count is derived from the count, so every rank agrees on it.
+  std::uint64_t min_part_bytes = 64 * 1024;
+  /// Bound on every wait for a peer, in nanoseconds (0: none — not recommended).
+  std::uint64_t timeout_ns = 10'000'000'000ull;
+  /// Bound on the number of polls of one wait (0: none). The first of the two bounds to run out ends the wait.
+  std::uint64_t max_polls = 0;
+  /// Sequence number of the first collective. Tests use values near 2^31 and 2^32 to exercise the wrap.
+  std::uint32_t first_sequence = 1;
+};
+
+}  // namespace rocenante

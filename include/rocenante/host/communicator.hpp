@@ -1,0 +1,187 @@
+// host/communicator.hpp — the host executor: runs the protocol and the algorithms on CPU threads, one rank
+// per communicator object. The code it runs is the code GPU kernels run (protocol/, algorithm/, reduce/);
+// only the team differs (one thread here, a CTA there).
+//
+// Who calls: one thread per rank; every rank constructs its communicator (collective set-up through the
+// bootstrap) and then calls the same collectives in the same order with the same counts.
+// Progress: a collective returns when every peer has taken part or a wait ran out (options::timeout_ns).
+// Errors: set-up throws rocenante::error subclasses; collectives return a [[nodiscard]] status and never throw.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../algorithm/one_shot.hpp"
+#include "../algorithm/ring.hpp"
+#include "../bootstrap/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/options.hpp"
+#include "../core/status.hpp"
+#include "../protocol/session.hpp"
+#include "../protocol/state.hpp"
+#include "../reduce/sum.hpp"
+#include "../transport/concepts.hpp"
+#include "setup.hpp"
+
+namespace rocenante::host {
+
+/// What check_health() reports: ok, or the first failure with a message naming the peer and the sequence.
+struct health {
+  status state = status::ok;
+  protocol::failure_record failure{};
+  std::string message;
+  bool ok() const { return state == status::ok; }
+};
+
+template <transport::transport Transport>
+class communicator {
+  static_assert(transport::check_transport<Transport>());
+
+ public:
+  using transport_type = Transport;
+
+  /// Collective set-up: every rank of `boot` calls with the same options. Throws config_error for a bad value,
+  /// config_mismatch_error when ranks disagree, bootstrap_error / transport_error when set-up fails.
+  template <bootstrap::bootstrap B>
+  communicator(B& boot, const options& opts)
+      : opts_(opts),
+        layout_(make_layout<algorithm::one_shot, algorithm::ring>(boot.size(), opts)),
+        transport_(check_and_connect<Transport>(bootstrap::bootstrap_ref(boot), opts, layout_, Transport::name)) {
+    protocol::init_state(state_, opts.first_sequence);
+    policy_.timeout_ns = opts.timeout_ns;
+    policy_.max_polls = opts.max_polls;
+  }
+
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+
+  int rank() const { return transport_.handle().rank(); }
+  int size() const { return transport_.handle().ranks(); }
+  const options& opts() const { return opts_; }
+  const protocol::window_layout& layout() const { return layout_; }
+  /// Sequence number the next collective will use.
+  std::uint32_t next_sequence() const { return state_.seq; }
+
+  /// out[i] = sum over ranks of in[i], for i < count. `in` may equal `out`; otherwise they must not overlap.
+  /// Result identical in bytes on every rank. Algorithm: one_shot (default) or ring.
+  template <algorithm::algorithm A = algorithm::one_shot, class T>
+  status all_reduce(const T* in, T* out, std::size_t count, A = {}) {
+    using R = reduce::sum<std::remove_cv_t<T>>;
+    static_assert(reduce::check_reduction<R>());
+    static_assert(algorithm::check_algorithm<A>());
+    static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
+    return run<A, R>(protocol::collective::all_reduce, in, out, count);
+  }
+
+  /// out[q*count + i] = in_q[i] for every rank q: out holds size()*count elements.
+  template <algorithm::algorithm A = algorithm::one_shot, class T>
+  status all_gather(const T* in, T* out, std::size_t count, A = {}) {
+    using R = reduce::sum<std::remove_cv_t<T>>;
+    static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
+    return run<A, R>(protocol::collective::all_gather, in, out, count);
+  }
+
+  /// Runtime dispatch (enum -> instantiation), for tools that pick the type and algorithm at run time.
+  status all_reduce(const void* in, void* out, std::size_t count, dtype t, algorithm::algo a) {
+    return dispatch_dtype(t, [&]<class T>(T*) {
+      if (a == algorithm::algo::ring)
+        return all_reduce<algorithm::ring>(static_cast<const T*>(in), static_cast<T*>(out), count);
+      return all_reduce<algorithm::one_shot>(static_cast<const T*>(in), static_cast<T*>(out), count);
+    });
+  }
+  status all_gather(const void* in, void* out, std::size_t count, dtype t) {
+    return dispatch_dtype(t, [&]<class T>(T*) {
+      return all_gather<algorithm::one_shot>(static_cast<const T*>(in), static_cast<T*>(out), count);
+    });
+  }
+
+  /// Health of this rank, without waiting for anything.
+  health check_health() const {
+    health h;
+    if (!protocol::is_poisoned(const_cast<protocol::rank_state*>(&state_))) return h;
+    h.failure = state_.failure;
+    h.state = h.failure.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch) ? status::mismatch
+                                                                                             : status::timeout;
+    h.message = describe_failure(rank(), h.failure);
+    return h;
+  }
+
+  /// Message for the last status other than ok returned on this rank (empty if none).
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  template <class F>
+  static status dispatch_dtype(dtype t, F&& f) {
+    switch (t) {
+      case dtype::f32: return f.template operator()<float>(nullptr);
+      case dtype::f16: return f.template operator()<__half>(nullptr);
+      case dtype::bf16: return f.template operator()<__nv_bfloat16>(nullptr);
+      default: return status::not_supported;
+    }
+  }
+
+  template <class A, class R>
+  status run(protocol::collective c, const typename R::value_type* in, typename R::value_type* out, std::size_t count) {
+    using T = typename R::value_type;
+    if (protocol::is_poisoned(&state_)) return reject(status::poisoned, check_health().message);
+    if (in == nullptr || out == nullptr) return reject(status::invalid_argument, "input or output pointer is null");
+    if (count == 0) return reject(status::invalid_argument, "count is zero");
+    const std::uint64_t bytes = std::uint64_t{count} * sizeof(T);
+    if (count > opts_.capacity_bytes / sizeof(T))
+      return reject(status::invalid_argument, "count " + std::to_string(count) + " (" + std::to_string(bytes) +
+                                                  " bytes) exceeds capacity_bytes " +
+                                                  std::to_string(opts_.capacity_bytes) +
+                                                  "; raise options::capacity_bytes on every rank");
+    const std::uint64_t out_elems = c == protocol::collective::all_gather ? count * size() : count;
+    const auto* ib = reinterpret_cast<const std::byte*>(in);
+    const auto* ob = reinterpret_cast<const std::byte*>(out);
+    const bool in_place = c == protocol::collective::all_reduce && ib == ob;
+    if (!in_place && ib < ob + out_elems * sizeof(T) && ob < ib + bytes)
+      return reject(status::invalid_argument, "input and output overlap without being the same buffer");
+
+    const std::uint32_t signature = protocol::call_signature(c, static_cast<std::uint32_t>(A::id),
+                                                             static_cast<std::uint32_t>(R::dtype_id), count);
+    const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+    const std::uint32_t parts =
+        algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
+    protocol::host_team team;
+    auto handle = transport_.handle();
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      protocol::session<protocol::host_team, typename Transport::handle_type> s(team, handle, &state_, policy_,
+                                                                               signature, p);
+      const bool ok = c == protocol::collective::all_reduce ? A::template all_reduce<R>(s, in, out, count, parts)
+                                                            : run_all_gather<A, R>(s, in, out, count, parts);
+      if (!ok) {
+        const health h = check_health();
+        return reject(h.state == status::ok ? status::poisoned : h.state, h.message);
+      }
+    }
+    return status::ok;
+  }
+
+  template <class A, class R, class S>
+  static bool run_all_gather(S& s, const typename R::value_type* in, typename R::value_type* out, std::size_t count,
+                             std::uint32_t parts) {
+    if constexpr (A::supports_all_gather)
+      return A::template all_gather<R>(s, in, out, count, parts);
+    else
+      return false;
+  }
+
+  status reject(status s, std::string why) {
+    last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
+    return s;
+  }
+
+  options opts_;
+  protocol::window_layout layout_;
+  Transport transport_;
+  protocol::rank_state state_{};
+  protocol::wait_policy policy_{};
+  std::string last_error_;
+};
+
+}  // namespace rocenante::host

@@ -1,0 +1,118 @@
+// host/setup.hpp — set-up steps shared by every communicator: option validation, window layout with checked
+// arithmetic, the configuration agreement between ranks, and failure messages.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../bootstrap/concepts.hpp"
+#include "../config.hpp"
+#include "../core/error.hpp"
+#include "../core/options.hpp"
+#include "../protocol/layout.hpp"
+#include "../protocol/state.hpp"
+
+namespace rocenante::host {
+
+/// Window layout able to serve every algorithm in Algos at `ranks` ranks with `opts`. Throws config_error
+/// for values out of range or a window whose size would overflow.
+template <class... Algos>
+protocol::window_layout make_layout(int ranks, const options& opts) {
+  if (ranks < 1 || ranks > max_ranks)
+    throw config_error("ranks = " + std::to_string(ranks) + " is outside [1, " + std::to_string(max_ranks) + "]");
+  if (opts.capacity_bytes == 0) throw config_error("options::capacity_bytes is 0; give the largest input in bytes");
+  if (opts.capacity_bytes > (std::uint64_t{1} << 40))
+    throw config_error("options::capacity_bytes = " + std::to_string(opts.capacity_bytes) + " is above 1 TiB");
+  if (opts.max_parts == 0 || opts.max_parts > 1024)
+    throw config_error("options::max_parts = " + std::to_string(opts.max_parts) + " is outside [1, 1024]");
+  protocol::window_layout l;
+  l.ranks = static_cast<std::uint32_t>(ranks);
+  l.max_parts = opts.max_parts;
+  l.capacity_bytes = opts.capacity_bytes;
+  l.source_stride = protocol::align_up(opts.capacity_bytes, packet_bytes);
+  std::uint32_t channels = 1;
+  std::uint64_t slot = 0;
+  ((channels = channels > Algos::channels(ranks) ? channels : Algos::channels(ranks)), ...);
+  ((slot = slot > Algos::slot_bytes(ranks, opts.capacity_bytes) ? slot : Algos::slot_bytes(ranks, opts.capacity_bytes)), ...);
+  l.channels = channels;
+  l.slot_bytes = protocol::align_up(slot, 4096);
+  std::uint64_t total = 0;
+  if (!protocol::checked_mul(l.slot_bytes, slot_count, total) || total > (std::uint64_t{1} << 42))
+    throw config_error("window of " + std::to_string(ranks) + " ranks x " + std::to_string(opts.capacity_bytes) +
+                       " bytes is too large; lower capacity_bytes");
+  return l;
+}
+
+/// The values every rank must agree on, in the order they are checked.
+struct agreed_config {
+  std::uint64_t version, ranks, capacity_bytes, max_parts, min_part_bytes, timeout_ns, max_polls, first_sequence,
+      transport;
+  static constexpr std::array<const char*, 9> names = {"version", "ranks", "capacity_bytes", "max_parts",
+                                                       "min_part_bytes", "timeout_ns", "max_polls",
+                                                       "first_sequence", "transport"};
+  std::array<std::uint64_t, 9> values() const {
+    return {version, ranks, capacity_bytes, max_parts, min_part_bytes, timeout_ns, max_polls, first_sequence, transport};
+  }
+};
+
+inline std::uint64_t name_hash(const char* s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+  return h;
+}
+
+/// Exchange the configuration and compare. Every rank sees the same table, so every rank throws the same
+/// config_mismatch_error (naming the first differing field and the ranks that differ), or none does.
+inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, const char* transport_name) {
+  const agreed_config mine{version,       static_cast<std::uint64_t>(boot.size()),
+                           o.capacity_bytes, o.max_parts,
+                           o.min_part_bytes, o.timeout_ns,
+                           o.max_polls,     o.first_sequence,
+                           name_hash(transport_name)};
+  std::vector<agreed_config> all(static_cast<std::size_t>(boot.size()));
+  boot.all_gather(&mine, all.data(), sizeof(agreed_config));
+  for (std::size_t f = 0; f < agreed_config::names.size(); ++f) {
+    const std::uint64_t v0 = all[0].values()[f];
+    for (int q = 1; q < boot.size(); ++q) {
+      const std::uint64_t vq = all[q].values()[f];
+      if (vq == v0) continue;
+      const std::string field = agreed_config::names[f];
+      throw config_mismatch_error(
+          field, "configuration differs between ranks: field '" + field + "' is " + std::to_string(v0) +
+                     " on rank 0 but " + std::to_string(vq) + " on rank " + std::to_string(q) +
+                     " (seen by rank " + std::to_string(boot.rank()) +
+                     "); every rank must pass the same options and library version");
+    }
+  }
+}
+
+template <class Transport>
+Transport check_and_connect(bootstrap::bootstrap_ref boot, const options& o, const protocol::window_layout& layout,
+                            const char* transport_name) {
+  agree_on_config(boot, o, transport_name);
+  return Transport(boot, layout);
+}
+
+inline std::string describe_failure(int rank, const protocol::failure_record& f) {
+  char buf[512];
+  if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch)) {
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: rank %d entered a different collective at sequence %u (slot %u, part %u, channel %u): "
+                  "call signature 0x%08x there vs 0x%08x here (collective, algorithm, dtype or count differ); "
+                  "the communicator is poisoned and every later call returns status::poisoned",
+                  rank, f.peer, f.seq, f.slot, f.part, f.channel, static_cast<unsigned>(f.observed >> 32),
+                  static_cast<unsigned>(f.expected >> 32));
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: timed out after %.3f ms waiting for rank %d at sequence %u (slot %u, part %u, channel %u); "
+                  "rank %d is dead, stalled or called a different collective; the communicator is poisoned and "
+                  "every later call returns status::poisoned",
+                  rank, static_cast<double>(f.waited_ns) / 1e6, f.peer, f.seq, f.slot, f.part, f.channel, f.peer);
+  }
+  return buf;
+}
+
+}  // namespace rocenante::host

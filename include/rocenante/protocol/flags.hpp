@@ -1,0 +1,59 @@
+// protocol/flags.hpp — the 64-bit flag word a rank writes into a peer's window after the payload.
+//
+//   bits 0..31   sequence number of the collective (free-running, wraps at 2^32; compared for equality only)
+//   bits 32..63  call signature: 8-bit tag (collective, algorithm, dtype) and 24 bits from the element count
+//
+// A waiter accepts only the exact word it expects. A word with the right sequence but another signature means
+// the peer entered a different collective (other count, type or algorithm) and fails the call with
+// status::mismatch on both sides, instead of mixing bytes (HAZARDS #17). Windows start filled with
+// `flag_unset`, whose tag byte (0xff) no call produces, so a fresh window never satisfies a wait — also when the
+// first sequence is 0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../config.hpp"
+
+namespace rocenante::protocol {
+
+enum class collective : std::uint8_t { all_reduce = 1, all_gather = 2 };
+
+inline constexpr std::uint64_t flag_unset = ~std::uint64_t{0};
+
+/// 8-bit tag: collective (2 bits) | algorithm id (3 bits) | dtype id (3 bits). Never 0xff.
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t call_tag(collective c, std::uint32_t algorithm_id,
+                                                       std::uint32_t dtype_id) {
+  return ((static_cast<std::uint32_t>(c) & 0x3u) << 6) | ((algorithm_id & 0x7u) << 3) | (dtype_id & 0x7u);
+}
+
+/// 24 bits that identify a count: exact for counts below 2^24 elements; above that the upper bits are mixed
+/// in (murmur3 finaliser) so that counts differing only above bit 24 still differ here with probability
+/// 1 - 2^-24.
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t count_bits(std::uint64_t count) {
+  std::uint32_t hi = static_cast<std::uint32_t>(count >> 24);
+  hi ^= hi >> 16;
+  hi *= 0x85ebca6bu;
+  hi ^= hi >> 13;
+  hi *= 0xc2b2ae35u;
+  hi ^= hi >> 16;
+  return (static_cast<std::uint32_t>(count) ^ (count >> 24 ? hi : 0u)) & 0xffffffu;
+}
+
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t call_signature(collective c, std::uint32_t algorithm_id,
+                                                             std::uint32_t dtype_id, std::uint64_t count) {
+  return (call_tag(c, algorithm_id, dtype_id) << 24) | count_bits(count);
+}
+
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t make_flag(std::uint32_t seq, std::uint32_t signature) {
+  return (static_cast<std::uint64_t>(signature) << 32) | seq;
+}
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t flag_seq(std::uint64_t f) { return static_cast<std::uint32_t>(f); }
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t flag_signature(std::uint64_t f) {
+  return static_cast<std::uint32_t>(f >> 32);
+}
+
+static_assert(call_tag(collective::all_gather, 7, 7) != 0xffu, "no call may produce the unset tag");
+static_assert(make_flag(0u, call_signature(collective::all_reduce, 0, 1, 0)) != flag_unset);
+
+}  // namespace rocenante::protocol

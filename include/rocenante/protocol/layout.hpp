@@ -1,0 +1,52 @@
+// protocol/layout.hpp — the memory layout of one rank's window: the memory its peers write into.
+//
+//   offset 0                 flags   [slot 0..1][part 0..max_parts-1][channel 0..channels-1]  uint64 each
+//   data_offset(0)           slot 0  slot_bytes of payload, 16-byte packets
+//   data_offset(1)           slot 1  slot_bytes of payload
+//
+// Every transport uses this layout, so a peer's payload for (slot, offset) lands at the same offset in every
+// window (symmetric memory: an RDMA write or a proxy copy needs no address translation beyond the base).
+// All arithmetic is checked: a configuration whose window would overflow 64 bits is refused before any
+// memory is allocated (HAZARDS #21).
+#pragma once
+
+#include <cstdint>
+
+#include "../config.hpp"
+
+namespace rocenante::protocol {
+
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+struct window_layout {
+  std::uint32_t ranks = 0;
+  std::uint32_t max_parts = 0;       ///< most parts (CTAs on a GPU) one collective is split into
+  std::uint32_t channels = 0;        ///< flag channels per (slot, part): the most any enabled algorithm uses
+  std::uint64_t capacity_bytes = 0;  ///< largest input of one rank to one collective
+  std::uint64_t source_stride = 0;   ///< capacity rounded up to a packet: one source's region in one-shot
+  std::uint64_t slot_bytes = 0;      ///< payload bytes per slot (the most any enabled algorithm needs)
+
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t flag_count() const {
+    return std::uint64_t{slot_count} * max_parts * channels;
+  }
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t flag_index(std::uint32_t slot, std::uint32_t part,
+                                                           std::uint32_t channel) const {
+    return (std::uint64_t{slot} * max_parts + part) * channels + channel;
+  }
+  /// Flags are padded to 4 KiB so that payload starts on its own page (and its own cache lines).
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t flags_bytes() const { return align_up(flag_count() * 8, 4096); }
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t data_offset(std::uint32_t slot) const {
+    return flags_bytes() + std::uint64_t{slot} * slot_bytes;
+  }
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t total_bytes() const { return flags_bytes() + slot_count * slot_bytes; }
+};
+
+/// Multiply-add with overflow detection, for layout arithmetic on untrusted configuration values.
+ROCENANTE_HOST_DEVICE constexpr bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
+  if (a != 0 && b > ~std::uint64_t{0} / a) return false;
+  out = a * b;
+  return true;
+}
+
+}  // namespace rocenante::protocol

@@ -1,0 +1,62 @@
+// protocol/state.hpp — the per-rank epoch and health record. It lives where the code that runs the protocol
+// lives (host memory for the host executor, device memory for GPU kernels) and is what makes a CUDA graph
+// replay correct: the sequence number is read from here at every launch, never baked into a launch.
+#pragma once
+
+#include <cstdint>
+
+#include "../config.hpp"
+#include "../core/atomic.hpp"
+
+namespace rocenante::protocol {
+
+enum class failure_kind : std::uint32_t {
+  none = 0,
+  timeout = 1,   ///< a peer's flag did not arrive within the time or poll budget
+  mismatch = 2,  ///< a peer's flag carried the right sequence but another call signature
+};
+
+/// What went wrong, written once by the first thread that detects a failure. Plain data; read on the host.
+struct failure_record {
+  std::uint32_t kind;      ///< failure_kind
+  std::int32_t peer;       ///< the rank that was waited for
+  std::uint32_t seq;       ///< sequence number of the failed collective
+  std::uint32_t slot;      ///< slot (seq & 1)
+  std::uint32_t part;      ///< part (CTA) that waited
+  std::uint32_t channel;   ///< flag channel that was waited on
+  std::uint64_t expected;  ///< flag word waited for
+  std::uint64_t observed;  ///< flag word seen last
+  std::uint64_t waited_ns; ///< how long the wait lasted
+};
+
+/// poison values
+inline constexpr std::uint32_t healthy = 0;
+inline constexpr std::uint32_t poisoning = 1;  ///< a failure is being recorded
+inline constexpr std::uint32_t poisoned = 2;   ///< failure record complete and visible
+
+struct rank_state {
+  std::uint32_t seq;         ///< sequence number of the next collective
+  std::uint32_t poison;      ///< healthy / poisoning / poisoned
+  std::uint32_t parts_done;  ///< parts of the current collective that have finished (reset by the last one)
+  std::uint32_t reserved;
+  failure_record failure;
+};
+
+ROCENANTE_HOST_DEVICE inline void init_state(rank_state& s, std::uint32_t first_seq) {
+  s = rank_state{};
+  s.seq = first_seq;
+}
+
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_poisoned(rank_state* s) {
+  return detail::load_acquire(&s->poison) != healthy;
+}
+
+/// Record a failure and poison the rank. Only the first caller's record is kept; later callers return false.
+ROCENANTE_HOST_DEVICE inline bool poison(rank_state* s, const failure_record& rec) {
+  if (!detail::compare_exchange(&s->poison, healthy, poisoning)) return false;
+  s->failure = rec;
+  detail::store_release(&s->poison, poisoned);
+  return true;
+}
+
+}  // namespace rocenante::protocol

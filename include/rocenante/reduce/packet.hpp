@@ -1,0 +1,157 @@
+// reduce/packet.hpp — 16-byte packets of elements and their fp32 accumulators, with the loads and stores
+// every algorithm uses. Slot memory is always 16-byte aligned and padded to whole packets; user buffers are
+// not: `load_user` / `store_user` handle any alignment and a partial last packet (count not a multiple of
+// the packet), so a misaligned pointer or an odd count is served, never declined (HAZARDS #7, #16, #17).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "concepts.hpp"
+
+namespace rocenante::reduce {
+
+template <reduction R>
+inline constexpr int lanes = packet_bytes / static_cast<int>(sizeof(typename R::value_type));
+
+/// One packet of elements as stored in memory.
+template <reduction R>
+struct alignas(packet_bytes) value_packet {
+  typename R::value_type v[lanes<R>];
+};
+
+/// The same elements widened to the accumulator; what ring algorithms carry between hops.
+template <reduction R>
+struct accum_packet {
+  typename R::accum_type v[lanes<R>];
+};
+
+template <reduction R>
+inline constexpr std::size_t accum_packet_bytes = sizeof(accum_packet<R>);
+
+namespace detail {
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (packet_bytes - 1)) == 0;
+}
+}  // namespace detail
+
+/// Load a packet from 16-byte aligned memory (slot memory).
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_packet(const void* p) {
+  value_packet<R> out;
+#if ROCENANTE_DEVICE_PASS
+  *reinterpret_cast<uint4*>(&out) = *reinterpret_cast<const uint4*>(p);
+#else
+  std::memcpy(&out, p, sizeof(out));
+#endif
+  return out;
+}
+
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_packet(void* p, const value_packet<R>& v) {
+#if ROCENANTE_DEVICE_PASS
+  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&v);
+#else
+  std::memcpy(p, &v, sizeof(v));
+#endif
+}
+
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE accum_packet<R> load_accum(const void* p) {
+  accum_packet<R> out;
+#if ROCENANTE_DEVICE_PASS
+  constexpr int words = sizeof(out) / sizeof(uint4);
+  for (int i = 0; i < words; ++i) reinterpret_cast<uint4*>(&out)[i] = reinterpret_cast<const uint4*>(p)[i];
+#else
+  std::memcpy(&out, p, sizeof(out));
+#endif
+  return out;
+}
+
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_accum(void* p, const accum_packet<R>& v) {
+#if ROCENANTE_DEVICE_PASS
+  constexpr int words = sizeof(v) / sizeof(uint4);
+  for (int i = 0; i < words; ++i) reinterpret_cast<uint4*>(p)[i] = reinterpret_cast<const uint4*>(&v)[i];
+#else
+  std::memcpy(p, &v, sizeof(v));
+#endif
+}
+
+/// Number of elements of packet `packet` that lie below `count`.
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE int valid_lanes(std::size_t packet, std::size_t count) {
+  const std::size_t first = packet * lanes<R>;
+  return count >= first + lanes<R> ? lanes<R> : static_cast<int>(count - first);
+}
+
+/// Load packet `packet` of a user buffer of `count` elements at any alignment. Lanes past `count` read as
+/// zero bits and are never stored back.
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_user(const typename R::value_type* base,
+                                                                      std::size_t packet, std::size_t count) {
+  const auto* src = base + packet * lanes<R>;
+  const int n = valid_lanes<R>(packet, count);
+#if ROCENANTE_DEVICE_PASS
+  if (n == lanes<R> && detail::aligned16(src)) return load_packet<R>(src);
+  value_packet<R> out;
+  unsigned char* o = reinterpret_cast<unsigned char*>(&out);
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(src);
+  const int bytes = n * static_cast<int>(sizeof(typename R::value_type));
+  for (int i = 0; i < packet_bytes; ++i) o[i] = i < bytes ? s[i] : 0;
+  return out;
+#else
+  value_packet<R> out;
+  std::memset(&out, 0, sizeof(out));
+  std::memcpy(&out, src, static_cast<std::size_t>(n) * sizeof(typename R::value_type));
+  return out;
+#endif
+}
+
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_user(typename R::value_type* base, std::size_t packet,
+                                                            std::size_t count, const value_packet<R>& v) {
+  auto* dst = base + packet * lanes<R>;
+  const int n = valid_lanes<R>(packet, count);
+#if ROCENANTE_DEVICE_PASS
+  if (n == lanes<R> && detail::aligned16(dst)) return store_packet<R>(dst, v);
+  unsigned char* d = reinterpret_cast<unsigned char*>(dst);
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(&v);
+  const int bytes = n * static_cast<int>(sizeof(typename R::value_type));
+  for (int i = 0; i < bytes; ++i) d[i] = s[i];
+#else
+  std::memcpy(dst, &v, static_cast<std::size_t>(n) * sizeof(typename R::value_type));
+#endif
+}
+
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE accum_packet<R> widen(const value_packet<R>& v) {
+  accum_packet<R> a;
+ROCENANTE_UNROLL
+  for (int i = 0; i < lanes<R>; ++i) a.v[i] = R::to_accum(v.v[i]);
+  return a;
+}
+
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void accumulate(accum_packet<R>& acc, const value_packet<R>& v) {
+ROCENANTE_UNROLL
+  for (int i = 0; i < lanes<R>; ++i) acc.v[i] = R::combine(acc.v[i], R::to_accum(v.v[i]));
+}
+
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void accumulate(accum_packet<R>& acc, const accum_packet<R>& v) {
+ROCENANTE_UNROLL
+  for (int i = 0; i < lanes<R>; ++i) acc.v[i] = R::combine(acc.v[i], v.v[i]);
+}
+
+/// The single rounding of a sum back to the element type.
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> narrow(const accum_packet<R>& a) {
+  value_packet<R> v;
+ROCENANTE_UNROLL
+  for (int i = 0; i < lanes<R>; ++i) v.v[i] = R::from_accum(a.v[i]);
+  return v;
+}
+
+}  // namespace rocenante::reduce

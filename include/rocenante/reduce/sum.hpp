@@ -1,0 +1,73 @@
+// reduce/sum.hpp — sum over fp32, fp16 (__half) and bf16 (__nv_bfloat16), accumulated in fp32 and rounded
+// once to the element type with round-to-nearest-even (CUDA's own __float2half_rn / __float2bfloat16_rn,
+// which compile for host and device and agree bit for bit).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "concepts.hpp"
+
+namespace rocenante::reduce {
+
+template <class T>
+struct sum;  // primary template: only the specialisations below exist
+
+template <>
+struct sum<float> {
+  using value_type = float;
+  using accum_type = float;
+  static constexpr const char* name = "fp32";
+  static constexpr dtype dtype_id = dtype::f32;
+  static constexpr bool block_scaled = false;
+  static constexpr bool lossy_per_hop = false;
+  ROCENANTE_HOST_DEVICE static constexpr float to_accum(float v) { return v; }
+  ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
+  ROCENANTE_HOST_DEVICE static constexpr float from_accum(float a) { return a; }
+};
+
+template <>
+struct sum<__half> {
+  using value_type = __half;
+  using accum_type = float;
+  static constexpr const char* name = "fp16";
+  static constexpr dtype dtype_id = dtype::f16;
+  static constexpr bool block_scaled = false;
+  static constexpr bool lossy_per_hop = false;
+  ROCENANTE_HOST_DEVICE static float to_accum(__half v) { return __half2float(v); }
+  ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
+  ROCENANTE_HOST_DEVICE static __half from_accum(float a) { return __float2half_rn(a); }
+};
+
+template <>
+struct sum<__nv_bfloat16> {
+  using value_type = __nv_bfloat16;
+  using accum_type = float;
+  static constexpr const char* name = "bf16";
+  static constexpr dtype dtype_id = dtype::bf16;
+  static constexpr bool block_scaled = false;
+  static constexpr bool lossy_per_hop = false;
+  ROCENANTE_HOST_DEVICE static float to_accum(__nv_bfloat16 v) { return __bfloat162float(v); }
+  ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
+  ROCENANTE_HOST_DEVICE static __nv_bfloat16 from_accum(float a) { return __float2bfloat16_rn(a); }
+};
+
+static_assert(reduction<sum<float>> && reduction<sum<__half>> && reduction<sum<__nv_bfloat16>>);
+
+/// Maps a runtime dtype to its sum reduction; used by the runtime dispatch (host/dispatch.hpp).
+template <dtype D>
+struct sum_for;
+template <>
+struct sum_for<dtype::f32> {
+  using type = sum<float>;
+};
+template <>
+struct sum_for<dtype::f16> {
+  using type = sum<__half>;
+};
+template <>
+struct sum_for<dtype::bf16> {
+  using type = sum<__nv_bfloat16>;
+};
+
+}  // namespace rocenante::reduce

@@ -1,0 +1,75 @@
+// transport/concepts.hpp — AXIS: the transport, which moves payload and flags into peers' windows.
+//
+// A transport is a host object (set-up: allocation, registration, connection through the bootstrap) that hands
+// out a trivially copyable *handle*. The handle is what the protocol uses, on the host or inside a GPU kernel;
+// device code never sees verbs or NCCL headers (MSCCL++ style).
+//
+//   Requires of a transport T (host object):
+//     T::name                       printable name ("loopback", "loopback_proxy", "ibverbs")
+//     typename T::handle_type       satisfies transport_handle
+//     t.handle()                    the handle for this rank
+//
+//   Requires of a handle H:
+//     std::is_trivially_copyable_v<H>            (passed by value to kernels)
+//     H::shared_staging             true when put_ptr() is the same local staging buffer for every peer and
+//                                   signal() moves the bytes (a proxy or a NIC does); false when put_ptr() is the
+//                                   peer's own window (direct stores) and signal() only publishes the flag
+//     h.rank(), h.ranks()
+//     h.layout()                    the window_layout every rank shares
+//     h.put_ptr(peer, slot, off)    where to write bytes destined for offset `off` of `peer`'s slot `slot`
+//     h.recv_ptr(slot, off)         this rank's own received bytes at (slot, off)
+//     h.local_flag(index)           this rank's own flag word `index` (what it waits on)
+//     h.signal(peer, slot, off, bytes, index, value)
+//                                   make bytes [off, off+bytes) of slot `slot` visible at `peer`, then set the
+//                                   peer's flag `index` to `value`. Ordering guarantee: a peer that reads
+//                                   `value` with an acquire load also sees the bytes. The caller must have
+//                                   finished writing the bytes (team barrier) before calling.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "../protocol/layout.hpp"
+
+namespace rocenante::transport {
+
+template <class H>
+concept transport_handle =
+    std::is_trivially_copyable_v<H> &&
+    requires(H h, const H ch, int peer, std::uint32_t slot, std::uint64_t off, std::uint64_t index,
+             std::uint64_t value) {
+      { H::shared_staging } -> std::convertible_to<bool>;
+      { ch.rank() } -> std::convertible_to<int>;
+      { ch.ranks() } -> std::convertible_to<int>;
+      { ch.layout() } -> std::convertible_to<const protocol::window_layout&>;
+      { h.put_ptr(peer, slot, off) } -> std::same_as<std::byte*>;
+      { ch.recv_ptr(slot, off) } -> std::same_as<const std::byte*>;
+      { h.local_flag(index) } -> std::same_as<std::uint64_t*>;
+      h.signal(peer, slot, off, off, index, value);
+    };
+
+template <class T>
+concept transport = requires(T& t) {
+  { T::name } -> std::convertible_to<const char*>;
+  typename T::handle_type;
+  { t.handle() } -> std::same_as<typename T::handle_type>;
+} && transport_handle<typename T::handle_type>;
+
+template <class T>
+constexpr bool check_transport() {
+  static_assert(requires { { T::name } -> std::convertible_to<const char*>; },
+                "transport is missing `static constexpr const char* name`");
+  static_assert(requires { typename T::handle_type; }, "transport is missing `using handle_type = ...`");
+  static_assert(requires(T& t) { { t.handle() } -> std::same_as<typename T::handle_type>; },
+                "transport is missing `handle_type handle()`");
+  static_assert(std::is_trivially_copyable_v<typename T::handle_type>,
+                "a transport's handle must be trivially copyable: it is passed by value into GPU kernels");
+  static_assert(transport_handle<typename T::handle_type>,
+                "transport handle must provide shared_staging, rank(), ranks(), layout(), put_ptr(peer, slot, off), "
+                "recv_ptr(slot, off), local_flag(index) and signal(peer, slot, off, bytes, index, value)");
+  return true;
+}
+
+}  // namespace rocenante::transport
