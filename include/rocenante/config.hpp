@@ -14,7 +14,7 @@
 #define ROCENANTE_FORCEINLINE inline
 #endif
 
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #define ROCENANTE_UNROLL _Pragma("unroll")
 #else
 #define ROCENANTE_UNROLL

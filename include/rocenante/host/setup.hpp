@@ -107,10 +107,11 @@ inline std::string describe_failure(int rank, const protocol::failure_record& f)
                   static_cast<unsigned>(f.expected >> 32));
   } else {
     std::snprintf(buf, sizeof buf,
-                  "rank %d: timed out after %.3f ms waiting for rank %d at sequence %u (slot %u, part %u, channel %u); "
-                  "rank %d is dead, stalled or called a different collective; the communicator is poisoned and "
-                  "every later call returns status::poisoned",
-                  rank, static_cast<double>(f.waited_ns) / 1e6, f.peer, f.seq, f.slot, f.part, f.channel, f.peer);
+                  "rank %d: timed out after %.3f ms waiting for rank %d at sequence %u (slot %u, part %u, channel %u; "
+                  "flag 0x%016llx expected, 0x%016llx seen); rank %d is dead, stalled or called a different "
+                  "collective; the communicator is poisoned and every later call returns status::poisoned",
+                  rank, static_cast<double>(f.waited_ns) / 1e6, f.peer, f.seq, f.slot, f.part, f.channel,
+                  static_cast<unsigned long long>(f.expected), static_cast<unsigned long long>(f.observed), f.peer);
   }
   return buf;
 }

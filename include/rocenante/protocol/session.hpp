@@ -45,8 +45,8 @@ class session {
   using team_type = Team;
 
   ROCENANTE_HOST_DEVICE session(Team& team, Handle& handle, rank_state* state, wait_policy policy,
-                                std::uint32_t signature, std::uint32_t part)
-      : team_(team), h_(handle), state_(state), policy_(policy), signature_(signature), part_(part) {}
+                                std::uint32_t signature, std::uint32_t part, rank_state* mirror = nullptr)
+      : team_(team), h_(handle), state_(state), mirror_(mirror), policy_(policy), signature_(signature), part_(part) {}
 
   /// Every team thread calls. Returns false when the rank is poisoned; the caller returns at once.
   ROCENANTE_HOST_DEVICE bool enter() {
@@ -143,13 +143,14 @@ class session {
     rec.expected = expected;
     rec.observed = seen;
     rec.waited_ns = waited;
-    poison(state_, rec);
+    poison(state_, rec, mirror_);
     return false;
   }
 
   Team& team_;
   Handle& h_;
   rank_state* state_;
+  rank_state* mirror_;
   wait_policy policy_;
   std::uint32_t signature_;
   std::uint32_t part_;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "../bootstrap/concepts.hpp"
 #include "../core/atomic.hpp"
@@ -72,21 +73,25 @@ struct host_window {
   ~host_window() { ::operator delete(base, std::align_val_t{4096}); }
 };
 
-class loopback {
+/// Loopback over windows of type `Window` (host_window here; device_window in transport/cuda_window.hpp).
+/// `Window(layout)` allocates and initialises one rank's window and exposes `base`.
+template <class Window>
+class basic_loopback {
  public:
   static constexpr const char* name = "loopback";
   using handle_type = direct_handle;
+  using window_type = Window;
 
   /// Collective: every rank of `boot` calls, with the same layout. Throws transport_error when the ranks are
   /// not in one process.
-  loopback(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout)
-      : self_(std::make_shared<host_window>(layout)) {
+  basic_loopback(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout)
+      : self_(std::make_shared<Window>(layout)) {
     const int n = boot.size();
     if (n > max_ranks)
       throw transport_error("loopback: " + std::to_string(n) + " ranks exceed max_ranks (" + std::to_string(max_ranks) + ")");
     struct card {
       long pid;
-      std::shared_ptr<host_window>* window;
+      std::shared_ptr<Window>* window;
     };
     const card mine{static_cast<long>(::getpid()), &self_};
     std::vector<card> all(static_cast<std::size_t>(n));
@@ -111,10 +116,13 @@ class loopback {
   handle_type handle() const { return handle_; }
 
  private:
-  std::shared_ptr<host_window> self_;
-  std::vector<std::shared_ptr<host_window>> peers_;
+  std::shared_ptr<Window> self_;
+  std::vector<std::shared_ptr<Window>> peers_;
   handle_type handle_{};
 };
+
+/// Ranks as threads of one process, windows in host memory: the host executor's transport.
+using loopback = basic_loopback<host_window>;
 static_assert(check_transport<loopback>());
 
 }  // namespace rocenante::transport

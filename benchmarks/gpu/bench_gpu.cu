@@ -1,0 +1,190 @@
+// bench_gpu.cu — Google Benchmark suite for the fused GPU collectives with several ranks on one GPU (cuda_loopback,
+// one stream per rank). Manual time from CUDA events around K collectives per rank; reported per collective.
+//
+// Names: all_reduce/<algorithm>/loopback/<dtype>/bytes:<N>/ranks:<R>[/graph:1], all_gather/one_shot/...,
+// copy/d2d/bytes:<N> (device-to-device copy bandwidth in the same run, read + write counted).
+// Counters: algbw and busbw (GB/s, nccl-tests formulas), and for all-reduce mem_GBps (one-shot HBM traffic:
+// per rank (n-1)S stage writes + S stage reads + nS reduce reads + S writes).
+//
+// Run: build/benchmarks/rocenante-bench-gpu --benchmark_out=h200-loopback.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <rocenante/gpu/communicator.hpp>
+#include <rocenante/host/spawn.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace rocenante;
+
+namespace {
+
+constexpr int collectives_per_iteration = 20;
+
+struct world {
+  int n;
+  std::vector<std::unique_ptr<gpu::communicator<>>> comms;
+  std::vector<cudaStream_t> streams;
+  cudaStream_t master{};
+  cudaEvent_t start{}, stop{};
+  std::vector<cudaEvent_t> done;
+  std::vector<void*> in, out;
+  std::size_t capacity;
+
+  world(int ranks, std::size_t cap) : n(ranks), comms(ranks), streams(ranks), done(ranks), in(ranks), out(ranks), capacity(cap) {
+    options o = gpu::default_options();
+    o.capacity_bytes = cap;
+    o.max_parts = ranks == 8 ? 16 : 32;
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) { comms[b.rank()] = std::make_unique<gpu::communicator<>>(b, o); });
+    for (int r = 0; r < n; ++r) {
+      cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
+      cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
+      cudaMalloc(&in[r], cap);
+      cudaMalloc(&out[r], cap * n);
+      cudaMemset(in[r], 0, cap);
+    }
+    cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+  }
+};
+
+world& get_world(int n) {
+  static std::unique_ptr<world> worlds[9];
+  if (!worlds[n]) worlds[n] = std::make_unique<world>(n, std::size_t{64} << 20);
+  return *worlds[n];
+}
+
+enum class coll { all_reduce_one_shot, all_reduce_ring, all_gather };
+
+template <class T>
+status launch(world& w, int r, coll c, std::size_t count) {
+  auto& comm = *w.comms[r];
+  const T* in = static_cast<const T*>(w.in[r]);
+  T* out = static_cast<T*>(w.out[r]);
+  switch (c) {
+    case coll::all_reduce_one_shot: return comm.all_reduce<algorithm::one_shot>(in, out, count, w.streams[r]);
+    case coll::all_reduce_ring: return comm.all_reduce<algorithm::ring>(in, out, count, w.streams[r]);
+    case coll::all_gather: return comm.all_gather<algorithm::one_shot>(in, out, count, w.streams[r]);
+  }
+  return status::internal;
+}
+
+template <class T>
+void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes, bool graph) {
+  world& w = get_world(n);
+  const std::size_t count = bytes / sizeof(T);
+  std::vector<cudaGraphExec_t> execs(n);
+  if (graph) {
+    for (int r = 0; r < n; ++r) {
+      cudaGraph_t g;
+      cudaStreamBeginCapture(w.streams[r], cudaStreamCaptureModeThreadLocal);
+      for (int k = 0; k < collectives_per_iteration; ++k)
+        if (launch<T>(w, r, c, count) != status::ok) state.SkipWithError("launch failed under capture");
+      cudaStreamEndCapture(w.streams[r], &g);
+      cudaGraphInstantiate(&execs[r], g, 0);
+      cudaGraphDestroy(g);
+    }
+  }
+  for (auto _ : state) {
+    cudaEventRecord(w.start, w.master);
+    for (int r = 0; r < n; ++r) cudaStreamWaitEvent(w.streams[r], w.start, 0);
+    if (graph) {
+      for (int r = 0; r < n; ++r) cudaGraphLaunch(execs[r], w.streams[r]);
+    } else {
+      for (int k = 0; k < collectives_per_iteration; ++k)
+        for (int r = 0; r < n; ++r)
+          if (launch<T>(w, r, c, count) != status::ok) state.SkipWithError(w.comms[r]->last_error().c_str());
+    }
+    for (int r = 0; r < n; ++r) {
+      cudaEventRecord(w.done[r], w.streams[r]);
+      cudaStreamWaitEvent(w.master, w.done[r], 0);
+    }
+    cudaEventRecord(w.stop, w.master);
+    cudaEventSynchronize(w.stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, w.start, w.stop);
+    state.SetIterationTime(ms / 1e3 / collectives_per_iteration);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (graph) cudaGraphExecDestroy(execs[r]);
+    const auto h = w.comms[r]->check_health();
+    if (!h.ok()) state.SkipWithError(h.message.c_str());
+  }
+  const double factor = c == coll::all_gather ? double(n - 1) : 2.0 * (n - 1) / n;
+  const double total = c == coll::all_gather ? double(bytes) * n : double(bytes);
+  state.counters["algbw"] = benchmark::Counter(total / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = benchmark::Counter(total / 1e9 * factor, benchmark::Counter::kIsIterationInvariantRate);
+  if (c == coll::all_reduce_one_shot)
+    state.counters["mem_GBps"] = benchmark::Counter(double(bytes) * (2.0 * n + 1) * n / 1e9,
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ranks"] = n;
+  state.counters["bytes"] = double(bytes);
+}
+
+void bench_copy(benchmark::State& state, std::size_t bytes) {
+  void *a, *b;
+  cudaMalloc(&a, bytes);
+  cudaMalloc(&b, bytes);
+  cudaMemset(a, 1, bytes);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (auto _ : state) {
+    cudaEventRecord(e0);
+    for (int k = 0; k < 10; ++k) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    state.SetIterationTime(ms / 1e3 / 10);
+  }
+  state.counters["rw_GBps"] = benchmark::Counter(2.0 * bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  cudaFree(a);
+  cudaFree(b);
+}
+
+template <class T>
+void register_type(const char* tname, const std::vector<std::size_t>& sizes, const std::vector<int>& ranks, bool with_gather) {
+  for (int n : ranks)
+    for (std::size_t bytes : sizes)
+      for (int graph : {0, 1}) {
+        const std::string suffix = std::string("/") + tname + "/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(n) +
+                                   (graph ? "/graph:1" : "");
+        for (coll c : {coll::all_reduce_one_shot, coll::all_reduce_ring}) {
+          const std::string name = std::string("all_reduce/") + (c == coll::all_reduce_ring ? "ring" : "one_shot") + "/loopback" + suffix;
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_collective<T>(s, n, c, bytes, graph); })
+              ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+        }
+        if (with_gather && bytes * n <= (std::size_t{64} << 20) * n) {
+          const std::string name = "all_gather/one_shot/loopback" + suffix;
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_collective<T>(s, n, coll::all_gather, bytes, graph); })
+              ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+        }
+      }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("SKIP: no usable CUDA GPU on this machine\n");
+    return 77;
+  }
+  benchmark::RegisterBenchmark("copy/d2d/bytes:67108864", [](benchmark::State& s) { bench_copy(s, std::size_t{64} << 20); })
+      ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+  const std::vector<std::size_t> sizes = {256, 1024, 8192, 49152, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+  register_type<__nv_bfloat16>("bf16", sizes, {2, 4, 8}, true);
+  register_type<__half>("fp16", {8192, 49152, 1 << 20, 64 << 20}, {4}, false);
+  register_type<float>("fp32", {8192, 49152, 1 << 20, 64 << 20}, {4}, false);
+  benchmark::RegisterBenchmark("copy/d2d/bytes:67108864/after", [](benchmark::State& s) { bench_copy(s, std::size_t{64} << 20); })
+      ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

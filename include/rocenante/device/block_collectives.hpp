@@ -1,0 +1,81 @@
+// device/block_collectives.hpp — the in-kernel API: a CTA of a user kernel runs one part of a collective.
+//
+//   Who calls: every thread of the CTA, on every rank, for every part 0..parts-1 (one CTA per part, or one CTA
+//   looping over parts in order). The caller passes its thread index and thread count.
+//   Result: valid in `out` for this part's elements when run() returns status::ok, identical bytes on every rank.
+//   Progress: every rank's CTAs for this collective must be able to run at the same time (co-resident), and
+//   each rank must issue its collectives in one order (stream order); a wait is bounded by policy.
+//   Template parameters: Algorithm satisfies algorithm::algorithm; Reduction satisfies reduce::reduction;
+//   Handle satisfies transport::transport_handle.
+//
+// The code that runs is the protocol and algorithm code the host executor runs (protocol/session.hpp,
+// algorithm/*.hpp): the CTA is the team.
+#pragma once
+
+#include <cstdint>
+
+#include "../algorithm/concepts.hpp"
+#include "../core/status.hpp"
+#include "../protocol/flags.hpp"
+#include "../protocol/session.hpp"
+#include "../reduce/packet.hpp"
+#include "block_team.hpp"
+
+namespace rocenante::device {
+
+/// Everything a CTA needs to run collectives on one rank; trivially copyable, built by the host communicator
+/// (gpu::communicator::device_context()) and passed to kernels by value.
+template <class Handle>
+struct context {
+  Handle handle;
+  protocol::rank_state* state;   ///< device memory: epoch and poison word
+  protocol::rank_state* mirror;  ///< host-mapped copy of the failure record (health without a device sync)
+  protocol::wait_policy policy;
+};
+
+template <algorithm::algorithm Algorithm, reduce::reduction Reduction, class Handle>
+class block_all_reduce {
+ public:
+  using value_type = typename Reduction::value_type;
+  /// No shared memory is needed today; the type exists so that callers follow the CUB pattern and future
+  /// versions can stage through shared memory without an API change.
+  struct temp_storage {};
+
+  ROCENANTE_DEVICE block_all_reduce(temp_storage&, int thread, int threads) : team_{thread, threads} {}
+
+  ROCENANTE_DEVICE bool run(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
+                            std::uint32_t part, std::uint32_t parts) {
+    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                       static_cast<std::uint32_t>(Algorithm::id),
+                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
+    protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
+    return Algorithm::template all_reduce<Reduction>(s, in, out, count, parts);
+  }
+
+ private:
+  block_team team_;
+};
+
+template <algorithm::algorithm Algorithm, reduce::reduction Reduction, class Handle>
+class block_all_gather {
+ public:
+  using value_type = typename Reduction::value_type;
+  struct temp_storage {};
+  static_assert(Algorithm::supports_all_gather, "this algorithm has no all-gather; use one_shot");
+
+  ROCENANTE_DEVICE block_all_gather(temp_storage&, int thread, int threads) : team_{thread, threads} {}
+
+  ROCENANTE_DEVICE bool run(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
+                            std::uint32_t part, std::uint32_t parts) {
+    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_gather,
+                                                       static_cast<std::uint32_t>(Algorithm::id),
+                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
+    protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
+    return Algorithm::template all_gather<Reduction>(s, in, out, count, parts);
+  }
+
+ private:
+  block_team team_;
+};
+
+}  // namespace rocenante::device

@@ -1,0 +1,222 @@
+// gpu/communicator.hpp — host API for the fused GPU collectives: one communicator per rank, kernels launched
+// on the caller's stream. Include from .cu files (it instantiates kernels).
+//
+// Who calls: one host thread per rank (or one thread for all ranks, launching each rank on its own stream once
+// set-up is done). Set-up is collective through the bootstrap and throws rocenante::error subclasses.
+// Launch path: all_reduce / all_gather return a [[nodiscard]] status, never throw, allocate nothing, and are
+// safe under CUDA graph capture: the sequence number lives on the device, so a replayed graph is correct.
+// Ordering: a rank's collectives must execute in the order they were issued (one stream, or streams ordered
+// by events); ranks' collectives run concurrently and must be co-resident (checked at set-up on one GPU).
+// Health: check_health() reads a host-mapped mirror of the failure record and never synchronizes the device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../algorithm/one_shot.hpp"
+#include "../algorithm/ring.hpp"
+#include "../bootstrap/concepts.hpp"
+#include "../core/cuda_check.hpp"
+#include "../core/options.hpp"
+#include "../core/status.hpp"
+#include "../host/communicator.hpp"
+#include "../host/setup.hpp"
+#include "../kernel/collectives.cuh"
+#include "../reduce/sum.hpp"
+#include "../transport/cuda_window.hpp"
+
+namespace rocenante::gpu {
+
+using host::health;
+
+/// Defaults suited to GPUs: up to 16 CTAs per rank, at least 4 KiB of input per CTA.
+inline options default_options() {
+  options o;
+  o.capacity_bytes = std::uint64_t{64} << 20;
+  o.max_parts = 16;
+  o.min_part_bytes = 4096;
+  o.timeout_ns = 10'000'000'000ull;
+  return o;
+}
+
+template <class Transport = transport::cuda_loopback>
+class communicator {
+  static_assert(transport::check_transport<Transport>());
+
+ public:
+  using handle_type = typename Transport::handle_type;
+  static constexpr int threads = kernel::threads_per_block;
+
+  template <bootstrap::bootstrap B>
+  communicator(B& boot, const options& opts)
+      : opts_(opts),
+        layout_(host::make_layout<algorithm::one_shot, algorithm::ring>(boot.size(), opts)),
+        transport_(host::check_and_connect<Transport>(bootstrap::bootstrap_ref(boot), opts, layout_, Transport::name)) {
+    bootstrap::bootstrap_ref b(boot);
+    ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
+    enable_peer_access(b);
+    check_co_residency(b);
+    protocol::rank_state init{};
+    protocol::init_state(init, opts.first_sequence);
+    ROCENANTE_CUDA_CHECK(cudaMalloc(&state_, sizeof(protocol::rank_state)));
+    ROCENANTE_CUDA_CHECK(cudaMemcpy(state_, &init, sizeof init, cudaMemcpyHostToDevice));
+    ROCENANTE_CUDA_CHECK(cudaHostAlloc(&mirror_host_, sizeof(protocol::rank_state), cudaHostAllocMapped));
+    *mirror_host_ = init;
+    ROCENANTE_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mirror_dev_), mirror_host_, 0));
+    ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
+    ctx_.handle = transport_.handle();
+    ctx_.state = state_;
+    ctx_.mirror = mirror_dev_;
+    ctx_.policy = {opts.timeout_ns, opts.max_polls};
+    b.barrier();
+  }
+
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+
+  /// Returns even when a peer is dead: this rank's kernels end by themselves (every wait is bounded).
+  ~communicator() {
+    if (state_) cudaFree(state_);
+    if (mirror_host_) cudaFreeHost(mirror_host_);
+  }
+
+  int rank() const { return ctx_.handle.rank(); }
+  int size() const { return ctx_.handle.ranks(); }
+  int device() const { return device_; }
+  const options& opts() const { return opts_; }
+  const protocol::window_layout& layout() const { return layout_; }
+  const device::context<handle_type>& device_context() const { return ctx_; }
+
+  /// CTAs (parts) a collective of `count` elements of T uses; the same on every rank.
+  template <class T>
+  std::uint32_t parts_for(std::size_t count) const {
+    const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
+    return algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
+  }
+
+  template <algorithm::algorithm A = algorithm::one_shot, class T>
+  status all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, A = {}) {
+    using R = reduce::sum<std::remove_cv_t<T>>;
+    static_assert(reduce::check_reduction<R>());
+    static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
+    if (const status s = precheck(in, out, count, sizeof(T), false); s != status::ok) return s;
+    kernel::all_reduce<A, R, handle_type><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count);
+    return launched();
+  }
+
+  template <algorithm::algorithm A = algorithm::one_shot, class T>
+  status all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream, A = {}) {
+    using R = reduce::sum<std::remove_cv_t<T>>;
+    static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
+    if (const status s = precheck(in, out, count, sizeof(T), true); s != status::ok) return s;
+    kernel::all_gather<A, R, handle_type><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count);
+    return launched();
+  }
+
+  /// Health without a device synchronize: reads the host-mapped mirror of the failure record.
+  health check_health() const {
+    health h;
+    if (detail::load_acquire(&mirror_host_->poison) != protocol::poisoned) return h;
+    h.failure = mirror_host_->failure;
+    h.state = h.failure.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch) ? status::mismatch
+                                                                                             : status::timeout;
+    h.message = host::describe_failure(rank(), h.failure);
+    return h;
+  }
+
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  status precheck(const void* in, const void* out, std::size_t count, std::size_t elem, bool gather) {
+    if (detail::load_acquire(&mirror_host_->poison) == protocol::poisoned)
+      return reject(status::poisoned, check_health().message);
+    if (in == nullptr || out == nullptr) return reject(status::invalid_argument, "input or output pointer is null");
+    if (count == 0) return reject(status::invalid_argument, "count is zero");
+    if (count > opts_.capacity_bytes / elem)
+      return reject(status::invalid_argument, "count " + std::to_string(count) + " exceeds capacity_bytes " +
+                                                  std::to_string(opts_.capacity_bytes) +
+                                                  "; raise options::capacity_bytes on every rank");
+    const auto* ib = static_cast<const std::byte*>(in);
+    const auto* ob = static_cast<const std::byte*>(out);
+    const std::uint64_t out_bytes = std::uint64_t{count} * elem * (gather ? size() : 1);
+    if (!(!gather && ib == ob) && ib < ob + out_bytes && ob < ib + count * elem)
+      return reject(status::invalid_argument, "input and output overlap without being the same buffer");
+    return status::ok;
+  }
+
+  status launched() {
+    const cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return status::ok;
+    return reject(status::internal, std::string("kernel launch failed: ") + cudaGetErrorString(e));
+  }
+
+  status reject(status s, std::string why) {
+    last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
+    return s;
+  }
+
+  void enable_peer_access(bootstrap::bootstrap_ref b) {
+    devices_.assign(static_cast<std::size_t>(b.size()), 0);
+    b.all_gather(&device_, devices_.data(), sizeof(int));
+    for (int q = 0; q < b.size(); ++q) {
+      const int d = devices_[q];
+      if (d == device_) continue;
+      int can = 0;
+      ROCENANTE_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device_, d));
+      if (!can)
+        throw transport_error("loopback (GPU): device " + std::to_string(device_) + " of rank " +
+                              std::to_string(b.rank()) + " cannot access device " + std::to_string(d) + " of rank " +
+                              std::to_string(q) + " (no peer access); use the NCCL transport");
+      const cudaError_t e = cudaDeviceEnablePeerAccess(d, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled)
+        (void)cudaGetLastError();
+      else
+        ROCENANTE_CUDA_CHECK(e);
+    }
+  }
+
+  /// Ranks sharing this GPU wait on each other inside their kernels: all their CTAs must fit on the GPU at once,
+  /// or a waiting CTA could hold the SM a peer's CTA needs (deadlock until the timeout). Refuse such a set-up.
+  void check_co_residency(bootstrap::bootstrap_ref b) {
+    int sharing = 0;
+    for (int d : devices_) sharing += d == device_ ? 1 : 0;
+    int sms = 0;
+    ROCENANTE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+    int per_sm = 1 << 30;
+    auto occ = [&](auto kernel_fn) {
+      int n = 0;
+      ROCENANTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_fn, threads, 0));
+      per_sm = n < per_sm ? n : per_sm;
+    };
+    occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type>);
+    occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
+    occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
+    const std::uint64_t need = std::uint64_t(sharing) * opts_.max_parts;
+    const std::uint64_t have = std::uint64_t(sms) * std::uint64_t(per_sm);
+    if (need > have)
+      throw config_error("GPU " + std::to_string(device_) + " would run " + std::to_string(sharing) + " ranks x " +
+                         std::to_string(opts_.max_parts) + " CTAs = " + std::to_string(need) +
+                         " CTAs that wait on each other, but only " + std::to_string(have) + " (" +
+                         std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
+                         ") can be resident at once: that could deadlock; lower options::max_parts to " +
+                         std::to_string(have / std::uint64_t(sharing)) + " or fewer (rank " +
+                         std::to_string(b.rank()) + ")");
+  }
+
+  options opts_;
+  protocol::window_layout layout_;
+  Transport transport_;
+  int device_ = 0;
+  std::vector<int> devices_;
+  protocol::rank_state* state_ = nullptr;
+  protocol::rank_state* mirror_host_ = nullptr;
+  protocol::rank_state* mirror_dev_ = nullptr;
+  device::context<handle_type> ctx_{};
+  std::string last_error_;
+};
+
+}  // namespace rocenante::gpu

@@ -1,0 +1,31 @@
+// kernel/collectives.cuh — ready-made __global__ kernels: one CTA per part, gridDim.x == parts.
+// Launched by gpu::communicator; usable directly with a device::context.
+#pragma once
+
+#include "../device/block_collectives.hpp"
+
+namespace rocenante::kernel {
+
+inline constexpr int threads_per_block = 512;
+
+template <class Algorithm, class Reduction, class Handle>
+__global__ void __launch_bounds__(threads_per_block, 1)
+    all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
+               typename Reduction::value_type* out, std::uint64_t count) {
+  __shared__ typename device::block_all_reduce<Algorithm, Reduction, Handle>::temp_storage tmp;
+  device::block_all_reduce<Algorithm, Reduction, Handle> coll(tmp, static_cast<int>(threadIdx.x),
+                                                              static_cast<int>(blockDim.x));
+  (void)coll.run(ctx, in, out, count, blockIdx.x, gridDim.x);
+}
+
+template <class Algorithm, class Reduction, class Handle>
+__global__ void __launch_bounds__(threads_per_block, 1)
+    all_gather(device::context<Handle> ctx, const typename Reduction::value_type* in,
+               typename Reduction::value_type* out, std::uint64_t count) {
+  __shared__ typename device::block_all_gather<Algorithm, Reduction, Handle>::temp_storage tmp;
+  device::block_all_gather<Algorithm, Reduction, Handle> coll(tmp, static_cast<int>(threadIdx.x),
+                                                              static_cast<int>(blockDim.x));
+  (void)coll.run(ctx, in, out, count, blockIdx.x, gridDim.x);
+}
+
+}  // namespace rocenante::kernel

@@ -1,0 +1,45 @@
+// transport/cuda_window.hpp — windows in GPU memory for the loopback transport on GPUs (ranks in one process,
+// several on one GPU or one per GPU with peer access). Host-side set-up code; needs the CUDA runtime.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "../core/cuda_check.hpp"
+#include "../protocol/layout.hpp"
+#include "loopback.hpp"
+
+namespace rocenante::transport {
+
+/// One rank's window in device memory of the current device: flags set to flag_unset (all ones), payload
+/// zeroed. Freed when the last rank holding it lets go (see basic_loopback).
+struct device_window {
+  std::byte* base = nullptr;
+  std::uint64_t bytes = 0;
+  int device = 0;
+  explicit device_window(const protocol::window_layout& layout) : bytes(layout.total_bytes()) {
+    ROCENANTE_CUDA_CHECK(cudaGetDevice(&device));
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+      throw transport_error("loopback (GPU): cudaMalloc of a " + std::to_string(bytes) + "-byte window failed (" +
+                            cudaGetErrorString(e) + "); lower capacity_bytes or max_parts");
+    base = static_cast<std::byte*>(p);
+    ROCENANTE_CUDA_CHECK(cudaMemset(base, 0xff, layout.flags_bytes()));
+    ROCENANTE_CUDA_CHECK(cudaMemset(base + layout.flags_bytes(), 0, bytes - layout.flags_bytes()));
+    ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  device_window(const device_window&) = delete;
+  device_window& operator=(const device_window&) = delete;
+  ~device_window() {
+    if (base) cudaFree(base);  // no throw in a destructor; teardown must return
+  }
+};
+
+/// Ranks as threads of one process, windows in GPU memory. One GPU or several with peer access enabled.
+using cuda_loopback = basic_loopback<device_window>;
+static_assert(check_transport<cuda_loopback>());
+
+}  // namespace rocenante::transport

@@ -1,0 +1,322 @@
+// GPU suite: the fused kernels on one GPU with several ranks (one thread and one stream per rank), checked
+// bit for bit against a CPU reference that implements each algorithm's summation-order contract
+// (algorithm/concepts.hpp), plus graph replay, sequence wrap, stream alternation and a rank that never launches.
+#include "gpu_main.hpp"
+
+#include <rocenante/gpu/communicator.hpp>
+#include <rocenante/host/spawn.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+using namespace rocenante;
+
+namespace {
+
+#define CUDA_REQUIRE(call) REQUIRE_EQ((call), cudaSuccess)
+
+template <class T>
+using sum_t = reduce::sum<T>;
+
+template <class T>
+T from_float(float f) {
+  return sum_t<T>::from_accum(f);
+}
+
+/// Deterministic input of rank `rank` for case `seed`: random values in [-1, 1) rounded to T.
+template <class T>
+std::vector<T> make_input(std::size_t count, int rank, std::uint64_t seed) {
+  std::mt19937_64 g(seed * 1315423911ull + static_cast<std::uint64_t>(rank) * 2654435761ull + 7);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<T> v(count);
+  for (auto& x : v) x = from_float<T>(d(g));
+  return v;
+}
+
+/// The summation-order contract, written independently of the library's algorithm code.
+template <class T>
+std::vector<T> reference(algorithm::algo a, bool gather, const std::vector<std::vector<T>>& in) {
+  using R = sum_t<T>;
+  const int n = static_cast<int>(in.size());
+  const std::size_t count = in[0].size();
+  std::vector<T> out(gather ? count * n : count);
+  if (gather) {
+    for (int q = 0; q < n; ++q) std::memcpy(out.data() + q * count, in[q].data(), count * sizeof(T));
+    return out;
+  }
+  const std::size_t lanes = 16 / sizeof(T);
+  const std::size_t packets = (count + lanes - 1) / lanes;
+  const std::size_t k = (packets + n - 1) / n;
+  for (std::size_t i = 0; i < count; ++i) {
+    const int first = a == algorithm::algo::ring ? static_cast<int>((i / lanes) / k) : 0;
+    float acc = R::to_accum(in[first][i]);
+    for (int j = 1; j < n; ++j) acc = acc + R::to_accum(in[(first + j) % n][i]);
+    out[i] = R::from_accum(acc);
+  }
+  return out;
+}
+
+struct gpu_rank {
+  cudaStream_t stream{};
+  gpu_rank() { cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); }
+  ~gpu_rank() { cudaStreamDestroy(stream); }
+};
+
+template <class T>
+struct dev_buf {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit dev_buf(std::size_t count) : n(count) { cudaMalloc(&p, count * sizeof(T) + 64); }
+  ~dev_buf() { cudaFree(p); }
+};
+
+/// Run collective (algorithm a, gather or not) of `count` elements on `comm`; return the output bytes.
+template <class T, class Comm>
+status run_one(Comm& comm, algorithm::algo a, bool gather, const T* in, T* out, std::size_t count, cudaStream_t s) {
+  if (gather) return comm.all_gather(in, out, count, s);
+  if (a == algorithm::algo::ring) return comm.template all_reduce<algorithm::ring>(in, out, count, s);
+  return comm.template all_reduce<algorithm::one_shot>(in, out, count, s);
+}
+
+template <class T>
+void sweep(int n, const std::vector<std::size_t>& byte_sizes) {
+  options o = gpu::default_options();
+  o.capacity_bytes = 64ull << 20;
+  o.timeout_ns = 5'000'000'000ull;
+  struct variant {
+    algorithm::algo a;
+    bool gather;
+  };
+  const variant variants[] = {{algorithm::algo::one_shot, false}, {algorithm::algo::ring, false}, {algorithm::algo::one_shot, true}};
+  std::vector<std::vector<T>> inputs(n), outputs(n);
+  std::mutex mu;
+  int failures = 0;
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    gpu::communicator<> comm(b, o);
+    gpu_rank gr;
+    std::uint64_t seed = 1;
+    for (std::size_t bytes : byte_sizes) {
+      const std::size_t count = bytes / sizeof(T);
+      for (const variant& v : variants) {
+        ++seed;
+        inputs[r] = make_input<T>(count, r, seed);
+        const std::size_t out_count = v.gather ? count * n : count;
+        dev_buf<T> din(count), dout(out_count);
+        cudaMemcpy(din.p, inputs[r].data(), count * sizeof(T), cudaMemcpyHostToDevice);
+        cudaMemset(dout.p, 0xff, out_count * sizeof(T));  // poison: every element must be written
+        const status st = run_one<T>(comm, v.a, v.gather, din.p, dout.p, count, gr.stream);
+        const cudaError_t e = cudaStreamSynchronize(gr.stream);
+        outputs[r].assign(out_count, T{});
+        cudaMemcpy(outputs[r].data(), dout.p, out_count * sizeof(T), cudaMemcpyDeviceToHost);
+        b.barrier();
+        if (r == 0) {
+          const auto ref = reference<T>(v.a, v.gather, inputs);
+          for (int q = 0; q < n; ++q) {
+            const bool same = std::memcmp(outputs[q].data(), ref.data(), out_count * sizeof(T)) == 0;
+            if (!same) {
+              std::lock_guard lock(mu);
+              ++failures;
+              MESSAGE("mismatch: ranks=" << n << " type=" << sum_t<T>::name << " bytes=" << bytes
+                                         << " algo=" << (v.a == algorithm::algo::ring ? "ring" : "one_shot")
+                                         << (v.gather ? " all_gather" : " all_reduce") << " rank=" << q);
+            }
+          }
+        }
+        if (st != status::ok || e != cudaSuccess) {
+          std::lock_guard lock(mu);
+          ++failures;
+          MESSAGE("rank " << r << " status " << to_string(st) << " cuda " << cudaGetErrorString(e) << " "
+                          << comm.last_error() << " " << comm.check_health().message);
+        }
+        b.barrier();
+      }
+    }
+  });
+  CHECK(failures == 0);
+}
+
+const std::vector<std::size_t> sizes_f32 = {16, 28, 48, 1004, 49152, (1u << 20) + 4, 64u << 20};
+const std::vector<std::size_t> sizes_16 = {16, 26, 48, 1002, 49152, (1u << 20) + 2, 64u << 20};
+
+}  // namespace
+
+TEST_SUITE("gpu.collectives") {
+  TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: fp32") {
+    for (int n : {2, 4, 8}) sweep<float>(n, sizes_f32);
+  }
+  TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: fp16") {
+    for (int n : {2, 4, 8}) sweep<__half>(n, sizes_16);
+  }
+  TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: bf16") {
+    for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, sizes_16);
+  }
+}
+
+TEST_SUITE("gpu.graph") {
+  TEST_CASE("1000 graph replays mixing all-reduce and all-gather of different sizes and grid sizes stay correct") {
+    const int n = 4;
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 20;
+    o.timeout_ns = 5'000'000'000ull;
+    using T = __nv_bfloat16;
+    // counts chosen for different CTA counts: 1, 4 and 16 parts
+    const std::size_t c1 = 1000, c2 = 8192, c3 = 40000 + 3, c4 = 300;
+    std::atomic<int> failures{0};
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+      const int r = b.rank();
+      gpu::communicator<> comm(b, o);
+      gpu_rank gr;
+      dev_buf<T> i1(c1), o1(c1), i2(c2), o2(c2 * n), i3(c3), o3(c3), i4(c4), o4(c4);
+      cudaGraph_t graph;
+      CUDA_REQUIRE(cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal));
+      REQUIRE(comm.all_reduce(i1.p, o1.p, c1, gr.stream) == status::ok);
+      REQUIRE(comm.all_gather(i2.p, o2.p, c2, gr.stream) == status::ok);
+      REQUIRE(comm.all_reduce<algorithm::ring>(i3.p, o3.p, c3, gr.stream) == status::ok);
+      REQUIRE(comm.all_reduce(i4.p, o4.p, c4, gr.stream) == status::ok);
+      CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
+      cudaGraphExec_t exec;
+      CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+      std::vector<T> h1(c1), h2(c2), h3(c3), h4(c4), g1(c1), g2(c2 * n), g3(c3), g4(c4);
+      // small integers: every sum is exact, so the expected value is known in closed form
+      auto val = [](int rank, int rep, std::size_t i) { return float((rank + 1) * (rep % 5 + 1) + int(i % 7)); };
+      int bad = 0;
+      for (int rep = 0; rep < 1000; ++rep) {
+        for (std::size_t i = 0; i < c1; ++i) h1[i] = from_float<T>(val(r, rep, i));
+        for (std::size_t i = 0; i < c2; ++i) h2[i] = from_float<T>(val(r, rep + 1, i));
+        for (std::size_t i = 0; i < c3; ++i) h3[i] = from_float<T>(val(r, rep + 2, i));
+        for (std::size_t i = 0; i < c4; ++i) h4[i] = from_float<T>(val(r, rep + 3, i));
+        cudaMemcpyAsync(i1.p, h1.data(), c1 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
+        cudaMemcpyAsync(i2.p, h2.data(), c2 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
+        cudaMemcpyAsync(i3.p, h3.data(), c3 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
+        cudaMemcpyAsync(i4.p, h4.data(), c4 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
+        cudaGraphLaunch(exec, gr.stream);
+        cudaMemcpyAsync(g1.data(), o1.p, c1 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(g2.data(), o2.p, c2 * n * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(g3.data(), o3.p, c3 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(g4.data(), o4.p, c4 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        if (cudaStreamSynchronize(gr.stream) != cudaSuccess) { ++bad; break; }
+        auto total = [&](int rep2, std::size_t i) { float s = 0; for (int q = 0; q < n; ++q) s += val(q, rep2, i); return s; };
+        for (std::size_t i = 0; i < c1; ++i) bad += __bfloat162float(g1[i]) != total(rep, i);
+        for (int q = 0; q < n; ++q)
+          for (std::size_t i = 0; i < c2; ++i) bad += __bfloat162float(g2[q * c2 + i]) != val(q, rep + 1, i);
+        for (std::size_t i = 0; i < c3; ++i) bad += __bfloat162float(g3[i]) != total(rep + 2, i);
+        for (std::size_t i = 0; i < c4; ++i) bad += __bfloat162float(g4[i]) != total(rep + 3, i);
+        if (bad) { MESSAGE("rank " << r << " replay " << rep << ": " << bad << " wrong; " << comm.check_health().message); break; }
+      }
+      failures += bad;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      CHECK(comm.check_health().ok());
+    });
+    CHECK(failures.load() == 0);
+  }
+}
+
+TEST_SUITE("gpu.protocol") {
+  TEST_CASE("sequence numbers wrap through 2^31 and 2^32 without a wrong result") {
+    for (std::uint32_t first : {0x7ffffffdu, 0xfffffffdu}) {
+      options o = gpu::default_options();
+      o.capacity_bytes = 1 << 20;
+      o.first_sequence = first;
+      std::atomic<int> bad{0};
+      host::spawn_ranks(4, [&](bootstrap::in_process& b) {
+        gpu::communicator<> comm(b, o);
+        gpu_rank gr;
+        const std::size_t count = 5000;
+        dev_buf<float> din(count), dout(count);
+        std::vector<float> h(count, float(b.rank() + 1)), g(count);
+        cudaMemcpy(din.p, h.data(), count * 4, cudaMemcpyHostToDevice);
+        for (int i = 0; i < 8; ++i) {
+          cudaMemset(dout.p, 0, count * 4);
+          const status st = (i & 1) ? comm.all_reduce<algorithm::ring>(din.p, dout.p, count, gr.stream)
+                                    : comm.all_reduce(din.p, dout.p, count, gr.stream);
+          cudaMemcpy(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost);
+          if (st != status::ok) ++bad;
+          for (float v : g) bad += v != 10.0f;
+        }
+        if (!comm.check_health().ok()) ++bad;
+      });
+      CHECK(bad.load() == 0);
+    }
+  }
+
+  TEST_CASE("collectives alternating between two eagerly launched streams ordered by events stay correct") {
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 20;
+    std::atomic<int> bad{0};
+    host::spawn_ranks(4, [&](bootstrap::in_process& b) {
+      gpu::communicator<> comm(b, o);
+      gpu_rank s0, s1;
+      cudaEvent_t ev;
+      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+      const std::size_t count = 20000;
+      dev_buf<float> din(count), dout(count);
+      std::vector<float> h(count, float(b.rank() + 1)), g(count);
+      cudaMemcpy(din.p, h.data(), count * 4, cudaMemcpyHostToDevice);
+      for (int i = 0; i < 200; ++i) {
+        cudaStream_t s = (i & 1) ? s1.stream : s0.stream, other = (i & 1) ? s0.stream : s1.stream;
+        cudaEventRecord(ev, other);
+        cudaStreamWaitEvent(s, ev, 0);
+        if (comm.all_reduce(din.p, dout.p, i % 3 ? count : count / 7, s) != status::ok) ++bad;
+      }
+      cudaDeviceSynchronize();
+      cudaMemcpy(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost);
+      for (std::size_t i = 0; i < count; ++i) bad += g[i] != 10.0f;  // last call (i=199) used the full count
+      cudaEventDestroy(ev);
+    });
+    CHECK(bad.load() == 0);
+  }
+
+  TEST_CASE("a rank that never launches is reported by every other rank, which becomes a no-op, and teardown returns") {
+    const int n = 4, dead = 3;
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 20;
+    o.timeout_ns = 300'000'000ull;  // 300 ms
+    std::atomic<int> bad{0};
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+      gpu::communicator<> comm(b, o);
+      gpu_rank gr;
+      const std::size_t count = 4096;
+      dev_buf<float> din(count), dout(count);
+      cudaMemset(din.p, 0, count * 4);
+      if (b.rank() != dead) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
+        // Health is polled while the kernel may still run: no device synchronize.
+        host::health h;
+        while ((h = comm.check_health()).ok() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1300))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        MESSAGE("rank " << b.rank() << " saw the failure after " << ms << " ms: " << h.message);
+        if (h.ok() || h.failure.peer != dead || h.message.find("rank 3") == std::string::npos) ++bad;
+        if (ms > 300 + 1000) ++bad;
+        if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;  // the kernel ended by itself
+        const auto t1 = std::chrono::steady_clock::now();
+        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
+        if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(50)) ++bad;
+      }
+      b.barrier();
+    });
+    CHECK(bad.load() == 0);
+  }
+
+  TEST_CASE("a configuration that could deadlock by exceeding co-residency is refused at set-up") {
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 16;
+    o.max_parts = 1024;
+    std::atomic<int> refused{0};
+    host::spawn_ranks(2, [&](bootstrap::in_process& b) {
+      try {
+        gpu::communicator<> comm(b, o);
+      } catch (const config_error& e) {
+        if (std::string(e.what()).find("deadlock") != std::string::npos) ++refused;
+      }
+    });
+    CHECK(refused.load() == 2);
+  }
+}
