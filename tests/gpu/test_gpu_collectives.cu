@@ -1,6 +1,11 @@
 // GPU suite: the fused kernels on one GPU with several ranks (one thread and one stream per rank), checked
 // bit for bit against a CPU reference that implements each algorithm's summation-order contract
 // (algorithm/concepts.hpp), plus graph replay, sequence wrap, stream alternation and a rank that never launches.
+//
+// Harness rule for in-process ranks sharing a GPU: between set-up and teardown a rank's thread never calls a
+// device-synchronising CUDA API (cudaMalloc/cudaFree/cudaMemcpy/cudaMemset on the legacy stream, pageable
+// copies): such a call waits for the peers' kernels, which wait for this rank — a deadlock until the timeout.
+// Buffers are allocated before a barrier, host buffers are pinned, and every copy is async on the rank's stream.
 #include "gpu_main.hpp"
 
 #include <rocenante/gpu/communicator.hpp>
@@ -74,6 +79,17 @@ struct dev_buf {
   ~dev_buf() { cudaFree(p); }
 };
 
+/// Pinned host buffer (async copies from pageable memory may serialise ranks).
+template <class T>
+struct pinned {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit pinned(std::size_t count) : n(count) { cudaMallocHost(&p, count * sizeof(T) + 64); }
+  ~pinned() { cudaFreeHost(p); }
+  T& operator[](std::size_t i) { return p[i]; }
+  T* data() { return p; }
+};
+
 /// Run collective (algorithm a, gather or not) of `count` elements on `comm`; return the output bytes.
 template <class T, class Comm>
 status run_one(Comm& comm, algorithm::algo a, bool gather, const T* in, T* out, std::size_t count, cudaStream_t s) {
@@ -95,10 +111,16 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes) {
   std::vector<std::vector<T>> inputs(n), outputs(n);
   std::mutex mu;
   int failures = 0;
+  std::size_t max_bytes = 0;
+  for (std::size_t b : byte_sizes) max_bytes = b > max_bytes ? b : max_bytes;
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     const int r = b.rank();
     gpu::communicator<> comm(b, o);
     gpu_rank gr;
+    const std::size_t max_count = max_bytes / sizeof(T);
+    dev_buf<T> din(max_count), dout(max_count * n);
+    pinned<T> hin(max_count), hout(max_count * n);
+    b.barrier();  // no device-synchronising call from here on
     std::uint64_t seed = 1;
     for (std::size_t bytes : byte_sizes) {
       const std::size_t count = bytes / sizeof(T);
@@ -106,13 +128,13 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes) {
         ++seed;
         inputs[r] = make_input<T>(count, r, seed);
         const std::size_t out_count = v.gather ? count * n : count;
-        dev_buf<T> din(count), dout(out_count);
-        cudaMemcpy(din.p, inputs[r].data(), count * sizeof(T), cudaMemcpyHostToDevice);
-        cudaMemset(dout.p, 0xff, out_count * sizeof(T));  // poison: every element must be written
+        std::memcpy(hin.data(), inputs[r].data(), count * sizeof(T));
+        cudaMemcpyAsync(din.p, hin.data(), count * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
+        cudaMemsetAsync(dout.p, 0xff, out_count * sizeof(T), gr.stream);  // poison: every element must be written
         const status st = run_one<T>(comm, v.a, v.gather, din.p, dout.p, count, gr.stream);
+        cudaMemcpyAsync(hout.data(), dout.p, out_count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
         const cudaError_t e = cudaStreamSynchronize(gr.stream);
-        outputs[r].assign(out_count, T{});
-        cudaMemcpy(outputs[r].data(), dout.p, out_count * sizeof(T), cudaMemcpyDeviceToHost);
+        outputs[r].assign(hout.data(), hout.data() + out_count);
         b.barrier();
         if (r == 0) {
           const auto ref = reference<T>(v.a, v.gather, inputs);
@@ -121,17 +143,17 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes) {
             if (!same) {
               std::lock_guard lock(mu);
               ++failures;
-              MESSAGE("mismatch: ranks=" << n << " type=" << sum_t<T>::name << " bytes=" << bytes
-                                         << " algo=" << (v.a == algorithm::algo::ring ? "ring" : "one_shot")
-                                         << (v.gather ? " all_gather" : " all_reduce") << " rank=" << q);
+              MESSAGE("mismatch: ranks=" << n << " type=" << std::string(sum_t<T>::name) << " bytes=" << bytes
+                                         << " algo=" << std::string(v.a == algorithm::algo::ring ? "ring" : "one_shot")
+                                         << std::string(v.gather ? " all_gather" : " all_reduce") << " rank=" << q);
             }
           }
         }
         if (st != status::ok || e != cudaSuccess) {
           std::lock_guard lock(mu);
           ++failures;
-          MESSAGE("rank " << r << " status " << to_string(st) << " cuda " << cudaGetErrorString(e) << " "
-                          << comm.last_error() << " " << comm.check_health().message);
+          MESSAGE("rank " << r << " status " << std::string(to_string(st)) << " cuda " << std::string(cudaGetErrorString(e))
+                          << " " << comm.last_error() << " " << comm.check_health().message);
         }
         b.barrier();
       }
@@ -181,7 +203,8 @@ TEST_SUITE("gpu.graph") {
       CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
       cudaGraphExec_t exec;
       CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-      std::vector<T> h1(c1), h2(c2), h3(c3), h4(c4), g1(c1), g2(c2 * n), g3(c3), g4(c4);
+      pinned<T> h1(c1), h2(c2), h3(c3), h4(c4), g1(c1), g2(c2 * n), g3(c3), g4(c4);
+      b.barrier();  // no device-synchronising call from here on
       // small integers: every sum is exact, so the expected value is known in closed form
       auto val = [](int rank, int rep, std::size_t i) { return float((rank + 1) * (rep % 5 + 1) + int(i % 7)); };
       int bad = 0;
@@ -229,15 +252,18 @@ TEST_SUITE("gpu.protocol") {
         gpu_rank gr;
         const std::size_t count = 5000;
         dev_buf<float> din(count), dout(count);
-        std::vector<float> h(count, float(b.rank() + 1)), g(count);
-        cudaMemcpy(din.p, h.data(), count * 4, cudaMemcpyHostToDevice);
+        pinned<float> h(count), g(count);
+        for (std::size_t i = 0; i < count; ++i) h[i] = float(b.rank() + 1);
+        b.barrier();  // no device-synchronising call from here on
+        cudaMemcpyAsync(din.p, h.data(), count * 4, cudaMemcpyHostToDevice, gr.stream);
         for (int i = 0; i < 8; ++i) {
-          cudaMemset(dout.p, 0, count * 4);
+          cudaMemsetAsync(dout.p, 0, count * 4, gr.stream);
           const status st = (i & 1) ? comm.all_reduce<algorithm::ring>(din.p, dout.p, count, gr.stream)
                                     : comm.all_reduce(din.p, dout.p, count, gr.stream);
-          cudaMemcpy(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost);
+          cudaMemcpyAsync(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost, gr.stream);
+          cudaStreamSynchronize(gr.stream);
           if (st != status::ok) ++bad;
-          for (float v : g) bad += v != 10.0f;
+          for (std::size_t j = 0; j < count; ++j) bad += g[j] != 10.0f;
         }
         if (!comm.check_health().ok()) ++bad;
       });
@@ -256,16 +282,18 @@ TEST_SUITE("gpu.protocol") {
       cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
       const std::size_t count = 20000;
       dev_buf<float> din(count), dout(count);
-      std::vector<float> h(count, float(b.rank() + 1)), g(count);
+      pinned<float> h(count), g(count);
+      for (std::size_t i = 0; i < count; ++i) h[i] = float(b.rank() + 1);
       cudaMemcpy(din.p, h.data(), count * 4, cudaMemcpyHostToDevice);
+      b.barrier();  // no device-synchronising call from here on
       for (int i = 0; i < 200; ++i) {
         cudaStream_t s = (i & 1) ? s1.stream : s0.stream, other = (i & 1) ? s0.stream : s1.stream;
         cudaEventRecord(ev, other);
         cudaStreamWaitEvent(s, ev, 0);
         if (comm.all_reduce(din.p, dout.p, i % 3 ? count : count / 7, s) != status::ok) ++bad;
       }
-      cudaDeviceSynchronize();
-      cudaMemcpy(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpyAsync(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost, s1.stream);  // i=199 ran on s1
+      cudaStreamSynchronize(s1.stream);
       for (std::size_t i = 0; i < count; ++i) bad += g[i] != 10.0f;  // last call (i=199) used the full count
       cudaEventDestroy(ev);
     });
@@ -284,6 +312,8 @@ TEST_SUITE("gpu.protocol") {
       const std::size_t count = 4096;
       dev_buf<float> din(count), dout(count);
       cudaMemset(din.p, 0, count * 4);
+      cudaDeviceSynchronize();
+      b.barrier();  // no device-synchronising call from here on
       if (b.rank() != dead) {
         const auto t0 = std::chrono::steady_clock::now();
         if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
@@ -292,7 +322,7 @@ TEST_SUITE("gpu.protocol") {
         while ((h = comm.check_health()).ok() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1300))
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        MESSAGE("rank " << b.rank() << " saw the failure after " << ms << " ms: " << h.message);
+        MESSAGE("rank " << b.rank() << " saw the failure after " << ms << " ms (timeout 300 ms): " << h.message);
         if (h.ok() || h.failure.peer != dead || h.message.find("rank 3") == std::string::npos) ++bad;
         if (ms > 300 + 1000) ++bad;
         if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;  // the kernel ended by itself
@@ -301,6 +331,36 @@ TEST_SUITE("gpu.protocol") {
         if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(50)) ++bad;
       }
       b.barrier();
+    });
+    CHECK(bad.load() == 0);
+  }
+
+  TEST_CASE("a rank that refuses its input makes every peer fail at once instead of pairing with its next call") {
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 20;
+    o.timeout_ns = 5'000'000'000ull;
+    std::atomic<int> bad{0};
+    host::spawn_ranks(4, [&](bootstrap::in_process& b) {
+      gpu::communicator<> comm(b, o);
+      gpu_rank gr;
+      dev_buf<float> din(4096), dout(4096);
+      cudaMemset(din.p, 0, 4096 * 4);
+      cudaDeviceSynchronize();
+      b.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      // rank 2 passes a null output; the others a valid call
+      const status st = comm.all_reduce(din.p, b.rank() == 2 ? nullptr : dout.p, 4096, gr.stream);
+      cudaStreamSynchronize(gr.stream);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const auto h = comm.check_health();
+      MESSAGE("rank " << b.rank() << ": " << std::string(to_string(st)) << " after " << ms << " ms: " << h.message);
+      if (b.rank() == 2) {
+        if (st != status::invalid_argument) ++bad;
+      } else {
+        if (h.ok() || h.failure.peer != 2 || h.state != status::mismatch) ++bad;
+      }
+      if (ms > 1000) ++bad;  // far below the 5 s timeout
+      if (comm.all_reduce(din.p, dout.p, 4096, gr.stream) != status::poisoned) ++bad;
     });
     CHECK(bad.load() == 0);
   }

@@ -56,17 +56,29 @@ struct one_shot {
     const int n = h.ranks(), r = h.rank();
     const std::uint64_t stride = h.layout().source_stride;
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
-    for (std::uint64_t i = pr.begin + team.thread(); i < pr.end; i += team.size()) {
-      reduce::accum_packet<R> acc;
+    const std::uint64_t step = static_cast<std::uint64_t>(team.size());
+    for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += unroll * step) {
+      reduce::accum_packet<R> acc[unroll];
       for (int q = 0; q < n; ++q) {
-        const reduce::value_packet<R> v = q == r ? reduce::load_user<R>(in, i, count)
-                                                 : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
-        if (q == 0)
-          acc = reduce::widen<R>(v);
-        else
-          reduce::accumulate<R>(acc, v);
+        reduce::value_packet<R> v[unroll] = {};
+        ROCENANTE_UNROLL
+        for (int u = 0; u < unroll; ++u) {
+          const std::uint64_t i = i0 + u * step;
+          if (i < pr.end)
+            v[u] = q == r ? reduce::load_user<R>(in, i, count)
+                          : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+        }
+        ROCENANTE_UNROLL
+        for (int u = 0; u < unroll; ++u) {
+          if (q == 0)
+            acc[u] = reduce::widen<R>(v[u]);
+          else
+            reduce::accumulate<R>(acc[u], v[u]);
+        }
       }
-      reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+      ROCENANTE_UNROLL
+      for (int u = 0; u < unroll; ++u)
+        if (i0 + u * step < pr.end) reduce::store_user<R>(out, i0 + u * step, count, reduce::narrow<R>(acc[u]));
     }
     s.finish(parts);
     return true;
@@ -83,11 +95,20 @@ struct one_shot {
     const int n = h.ranks(), r = h.rank();
     const std::uint64_t stride = h.layout().source_stride;
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    const std::uint64_t step = static_cast<std::uint64_t>(team.size());
     for (int q = 0; q < n; ++q) {
-      for (std::uint64_t i = pr.begin + team.thread(); i < pr.end; i += team.size()) {
-        const reduce::value_packet<R> v = q == r ? reduce::load_user<R>(in, i, count)
-                                                 : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
-        reduce::store_user<R>(out + q * count, i, count, v);
+      for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += unroll * step) {
+        reduce::value_packet<R> v[unroll] = {};
+        ROCENANTE_UNROLL
+        for (int u = 0; u < unroll; ++u) {
+          const std::uint64_t i = i0 + u * step;
+          if (i < pr.end)
+            v[u] = q == r ? reduce::load_user<R>(in, i, count)
+                          : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+        }
+        ROCENANTE_UNROLL
+        for (int u = 0; u < unroll; ++u)
+          if (i0 + u * step < pr.end) reduce::store_user<R>(out + q * count, i0 + u * step, count, v[u]);
       }
     }
     s.finish(parts);
@@ -107,18 +128,30 @@ struct one_shot {
     const std::uint64_t stride = h.layout().source_stride;
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t base = r * stride;
-    for (std::uint64_t i = pr.begin + team.thread(); i < pr.end; i += team.size()) {
-      const reduce::value_packet<R> v = reduce::load_user<R>(in, i, count);
-      if constexpr (handle_t::shared_staging) {
-        if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), base + i * packet_bytes), v);
-      } else {
-        for (int q = 0; q < n; ++q)
-          if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), v);
+    const std::uint64_t step = static_cast<std::uint64_t>(team.size());
+    for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += unroll * step) {
+      reduce::value_packet<R> v[unroll] = {};
+      ROCENANTE_UNROLL
+      for (int u = 0; u < unroll; ++u)
+        if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
+      ROCENANTE_UNROLL
+      for (int u = 0; u < unroll; ++u) {
+        const std::uint64_t i = i0 + u * step;
+        if (i >= pr.end) continue;
+        if constexpr (handle_t::shared_staging) {
+          if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), base + i * packet_bytes), v[u]);
+        } else {
+          for (int q = 0; q < n; ++q)
+            if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), v[u]);
+        }
       }
     }
     team.sync();
-    for (int q = team.thread(); q < n; q += team.size())
-      if (q != r) s.signal(q, static_cast<std::uint32_t>(r), base + pr.begin * packet_bytes, pr.size() * packet_bytes);
+    // Direct stores: one signalling thread per peer. Shared staging (proxy, NIC): one producer per part.
+    const int first = handle_t::shared_staging ? (team.thread() == 0 ? 0 : n) : team.thread();
+    const int every = handle_t::shared_staging ? 1 : team.size();
+    for (int q = first; q < n; q += every)
+      if (q != r) (void)s.signal(q, static_cast<std::uint32_t>(r), base + pr.begin * packet_bytes, pr.size() * packet_bytes);
     return s.wait_peers(n, r, [](int q) { return static_cast<std::uint32_t>(q); });
   }
 };

@@ -15,6 +15,10 @@ struct range {
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t size() const { return end - begin; }
 };
 
+/// Packets each thread keeps in flight in copy and reduce loops: several independent 16-byte loads per thread
+/// hide memory latency on a GPU; on the host one is as good as four.
+inline constexpr int unroll = ROCENANTE_DEVICE_PASS ? 4 : 1;
+
 /// Part `part` of `parts` over `total` items: contiguous, in order, sizes differ by at most one.
 ROCENANTE_HOST_DEVICE constexpr range split(std::uint64_t total, std::uint32_t parts, std::uint32_t part) {
   const std::uint64_t base = total / parts, extra = total % parts;

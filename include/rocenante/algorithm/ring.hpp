@@ -54,8 +54,11 @@ struct ring {
     return static_cast<std::uint64_t>(n > 1 ? n - 1 : 0) * k * (max_accum_packet_bytes + packet_bytes);
   }
   ROCENANTE_HOST_DEVICE static constexpr std::uint32_t steps(int n) { return n > 1 ? 2u * static_cast<std::uint32_t>(n - 1) : 0u; }
-  ROCENANTE_HOST_DEVICE static constexpr std::uint64_t wire_bytes(int n, std::uint64_t bytes) {
-    return n > 1 ? 2 * static_cast<std::uint64_t>(n - 1) * protocol::ceil_div(bytes, static_cast<std::uint64_t>(n)) : 0;
+  /// Bytes one rank sends for an all-reduce of `bytes` bytes of elements of `elem_bytes` bytes each: the
+  /// reduce-scatter carries fp32 partials (4/elem_bytes times the input bytes), the all-gather the elements.
+  ROCENANTE_HOST_DEVICE static constexpr std::uint64_t wire_bytes(int n, std::uint64_t bytes, std::uint64_t elem_bytes = 4) {
+    const std::uint64_t chunk = n > 1 ? protocol::ceil_div(bytes, static_cast<std::uint64_t>(n)) : 0;
+    return n > 1 ? static_cast<std::uint64_t>(n - 1) * (chunk * 4 / elem_bytes + chunk) : 0;
   }
   /// Chunk sent in reduce-scatter step k by rank r, and the one received.
   ROCENANTE_HOST_DEVICE static constexpr int rs_send_chunk(int n, int r, int k) { return ((r - k) % n + n) % n; }
@@ -83,11 +86,13 @@ struct ring {
     const range sub = split(k, parts, s.part());  // this part's packets within every chunk
     const std::uint32_t slot = s.slot();
     const std::uint64_t ag_base = static_cast<std::uint64_t>(n - 1) * k * abytes;
-    // Packets [lo, hi) of chunk c handled by this part, clipped to the vector.
+    // Packets [lo, hi) of chunk c handled by this part, clipped to the vector; never below the chunk's first
+    // packet, so that offsets relative to the chunk never wrap (a chunk may lie wholly past the end).
     auto part_of = [&](int c) {
       const std::uint64_t first = static_cast<std::uint64_t>(c) * k;
-      const std::uint64_t lo = first + sub.begin > packets ? packets : first + sub.begin;
-      const std::uint64_t hi = first + sub.end > packets ? packets : first + sub.end;
+      const std::uint64_t limit = packets > first ? packets : first;
+      const std::uint64_t lo = first + sub.begin > limit ? limit : first + sub.begin;
+      const std::uint64_t hi = first + sub.end > limit ? limit : first + sub.end;
       return range{lo, hi};
     };
 
@@ -155,7 +160,7 @@ struct ring {
   ROCENANTE_HOST_DEVICE static bool exchange(Session& s, int next, int prev, std::uint32_t channel, std::uint64_t off,
                                              std::uint64_t bytes) {
     s.team().sync();
-    if (s.team().thread() == 0) s.signal(next, channel, off, bytes);
+    if (s.team().thread() == 0) (void)s.signal(next, channel, off, bytes);
     return s.wait_peer(prev, channel);
   }
 };

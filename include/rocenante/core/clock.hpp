@@ -29,12 +29,13 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint64_t now_ns() {
 /// Called between polls of a flag. `polls` counts the polls of this wait so far.
 /// Host: spin briefly, then yield — ranks run as threads and may outnumber cores (8 ranks on a 2-core CI
 /// machine), so a spinning waiter must give its core to the rank it waits for.
-/// Device: back off with __nanosleep after a short spin so that waiting warps leave issue slots and memory
-/// bandwidth to co-resident CTAs of other ranks.
+/// Device: spin for the first 2048 polls (a flag usually arrives within a few microseconds, and a sleep on the
+/// critical path costs more than the poll), then back off with __nanosleep so that a long wait leaves issue
+/// slots and memory bandwidth to co-resident CTAs.
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void relax(std::uint64_t polls) {
 #if ROCENANTE_DEVICE_PASS
 #if __CUDA_ARCH__ >= 700
-  if (polls > 64) __nanosleep(polls > 1024 ? 256 : 32);
+  if (polls > 2048) __nanosleep(polls > 16384 ? 1000 : 100);
 #endif
 #else
   if (polls > 64) std::this_thread::yield();

@@ -54,11 +54,15 @@ class communicator {
   template <bootstrap::bootstrap B>
   communicator(B& boot, const options& opts)
       : opts_(opts),
-        layout_(host::make_layout<algorithm::one_shot, algorithm::ring>(boot.size(), opts)),
-        transport_(host::check_and_connect<Transport>(bootstrap::bootstrap_ref(boot), opts, layout_, Transport::name)) {
+        layout_(host::agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts,
+                                                                            Transport::name)),
+        transport_(bootstrap::bootstrap_ref(boot), layout_) {
     bootstrap::bootstrap_ref b(boot);
     ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
     enable_peer_access(b);
+    bool one_device = true;
+    for (int d : devices_) one_device = one_device && d == device_;
+    if (one_device) transport_.narrow_scope(memory_scope::device);
     check_co_residency(b);
     protocol::rank_state init{};
     protocol::init_state(init, opts.first_sequence);
@@ -103,7 +107,7 @@ class communicator {
     using R = reduce::sum<std::remove_cv_t<T>>;
     static_assert(reduce::check_reduction<R>());
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
-    if (const status s = precheck(in, out, count, sizeof(T), false); s != status::ok) return s;
+    if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
     kernel::all_reduce<A, R, handle_type><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count);
     return launched();
   }
@@ -112,7 +116,7 @@ class communicator {
   status all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream, A = {}) {
     using R = reduce::sum<std::remove_cv_t<T>>;
     static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
-    if (const status s = precheck(in, out, count, sizeof(T), true); s != status::ok) return s;
+    if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream); s != status::ok) return s;
     kernel::all_gather<A, R, handle_type><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count);
     return launched();
   }
@@ -122,8 +126,7 @@ class communicator {
     health h;
     if (detail::load_acquire(&mirror_host_->poison) != protocol::poisoned) return h;
     h.failure = mirror_host_->failure;
-    h.state = h.failure.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch) ? status::mismatch
-                                                                                             : status::timeout;
+    h.state = host::failure_status(h.failure);
     h.message = host::describe_failure(rank(), h.failure);
     return h;
   }
@@ -131,30 +134,39 @@ class communicator {
   const std::string& last_error() const { return last_error_; }
 
  private:
-  status precheck(const void* in, const void* out, std::size_t count, std::size_t elem, bool gather) {
+  /// Checks that depend only on this call's arguments. A refusal is still a step in the sequence: the reject
+  /// kernel takes the collective's place on the stream and tells the peers to abort (session::reject).
+  template <class A>
+  status precheck(const void* in, const void* out, std::size_t count, std::size_t elem, bool gather, cudaStream_t stream) {
     if (detail::load_acquire(&mirror_host_->poison) == protocol::poisoned)
-      return reject(status::poisoned, check_health().message);
-    if (in == nullptr || out == nullptr) return reject(status::invalid_argument, "input or output pointer is null");
-    if (count == 0) return reject(status::invalid_argument, "count is zero");
-    if (count > opts_.capacity_bytes / elem)
-      return reject(status::invalid_argument, "count " + std::to_string(count) + " exceeds capacity_bytes " +
-                                                  std::to_string(opts_.capacity_bytes) +
-                                                  "; raise options::capacity_bytes on every rank");
+      return refuse(status::poisoned, check_health().message);
+    std::string why;
     const auto* ib = static_cast<const std::byte*>(in);
     const auto* ob = static_cast<const std::byte*>(out);
     const std::uint64_t out_bytes = std::uint64_t{count} * elem * (gather ? size() : 1);
-    if (!(!gather && ib == ob) && ib < ob + out_bytes && ob < ib + count * elem)
-      return reject(status::invalid_argument, "input and output overlap without being the same buffer");
-    return status::ok;
+    if (in == nullptr || out == nullptr) why = "input or output pointer is null";
+    else if (count == 0) why = "count is zero";
+    else if (count > opts_.capacity_bytes / elem)
+      why = "count " + std::to_string(count) + " exceeds capacity_bytes " + std::to_string(opts_.capacity_bytes) +
+            "; raise options::capacity_bytes on every rank";
+    else if (!host::fits<A>(layout_))
+      why = std::string("algorithm ") + A::name + " needs a larger window than this communicator laid out";
+    else if (!(!gather && ib == ob) && ib < ob + out_bytes && ob < ib + count * elem)
+      why = "input and output overlap without being the same buffer";
+    if (why.empty()) return status::ok;
+    kernel::reject<handle_type><<<1, threads, 0, stream>>>(ctx_);
+    (void)cudaGetLastError();
+    return refuse(status::invalid_argument,
+                  why + "; peers were told to abort this collective and the communicator is now poisoned");
   }
 
   status launched() {
     const cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return status::ok;
-    return reject(status::internal, std::string("kernel launch failed: ") + cudaGetErrorString(e));
+    return refuse(status::internal, std::string("kernel launch failed: ") + cudaGetErrorString(e));
   }
 
-  status reject(status s, std::string why) {
+  status refuse(status s, std::string why) {
     last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
     return s;
   }

@@ -48,8 +48,8 @@ class communicator {
   template <bootstrap::bootstrap B>
   communicator(B& boot, const options& opts)
       : opts_(opts),
-        layout_(make_layout<algorithm::one_shot, algorithm::ring>(boot.size(), opts)),
-        transport_(check_and_connect<Transport>(bootstrap::bootstrap_ref(boot), opts, layout_, Transport::name)) {
+        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name)),
+        transport_(bootstrap::bootstrap_ref(boot), layout_) {
     protocol::init_state(state_, opts.first_sequence);
     policy_.timeout_ns = opts.timeout_ns;
     policy_.max_polls = opts.max_polls;
@@ -101,10 +101,16 @@ class communicator {
   /// Health of this rank, without waiting for anything.
   health check_health() const {
     health h;
-    if (!protocol::is_poisoned(const_cast<protocol::rank_state*>(&state_))) return h;
+    auto* st = const_cast<protocol::rank_state*>(&state_);
+    const std::uint32_t p = detail::load_acquire<std::uint32_t, protocol::state_scope>(&st->poison);
+    if (p == protocol::healthy) return h;
+    if (p != protocol::poisoned) {  // the record is being written right now: report without reading it
+      h.state = status::poisoned;
+      h.message = "rank " + std::to_string(rank()) + ": a failure is being recorded";
+      return h;
+    }
     h.failure = state_.failure;
-    h.state = h.failure.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch) ? status::mismatch
-                                                                                             : status::timeout;
+    h.state = failure_status(h.failure);
     h.message = describe_failure(rank(), h.failure);
     return h;
   }
@@ -126,21 +132,25 @@ class communicator {
   template <class A, class R>
   status run(protocol::collective c, const typename R::value_type* in, typename R::value_type* out, std::size_t count) {
     using T = typename R::value_type;
-    if (protocol::is_poisoned(&state_)) return reject(status::poisoned, check_health().message);
-    if (in == nullptr || out == nullptr) return reject(status::invalid_argument, "input or output pointer is null");
-    if (count == 0) return reject(status::invalid_argument, "count is zero");
+    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
     const std::uint64_t bytes = std::uint64_t{count} * sizeof(T);
-    if (count > opts_.capacity_bytes / sizeof(T))
-      return reject(status::invalid_argument, "count " + std::to_string(count) + " (" + std::to_string(bytes) +
-                                                  " bytes) exceeds capacity_bytes " +
-                                                  std::to_string(opts_.capacity_bytes) +
-                                                  "; raise options::capacity_bytes on every rank");
-    const std::uint64_t out_elems = c == protocol::collective::all_gather ? count * size() : count;
-    const auto* ib = reinterpret_cast<const std::byte*>(in);
-    const auto* ob = reinterpret_cast<const std::byte*>(out);
-    const bool in_place = c == protocol::collective::all_reduce && ib == ob;
-    if (!in_place && ib < ob + out_elems * sizeof(T) && ob < ib + bytes)
-      return reject(status::invalid_argument, "input and output overlap without being the same buffer");
+    std::string why;
+    if (in == nullptr || out == nullptr) why = "input or output pointer is null";
+    else if (count == 0) why = "count is zero";
+    else if (count > opts_.capacity_bytes / sizeof(T))
+      why = "count " + std::to_string(count) + " (" + std::to_string(bytes) + " bytes) exceeds capacity_bytes " +
+            std::to_string(opts_.capacity_bytes) + "; raise options::capacity_bytes on every rank";
+    else if (!fits<A>(layout_))
+      why = std::string("algorithm ") + A::name + " needs a larger window than this communicator laid out";
+    if (why.empty()) {
+      const std::uint64_t out_elems = c == protocol::collective::all_gather ? count * size() : count;
+      const auto* ib = reinterpret_cast<const std::byte*>(in);
+      const auto* ob = reinterpret_cast<const std::byte*>(out);
+      const bool in_place = c == protocol::collective::all_reduce && ib == ob;
+      if (!in_place && ib < ob + out_elems * sizeof(T) && ob < ib + bytes)
+        why = "input and output overlap without being the same buffer";
+    }
+    if (!why.empty()) return reject_call(why);
 
     const std::uint32_t signature = protocol::call_signature(c, static_cast<std::uint32_t>(A::id),
                                                              static_cast<std::uint32_t>(R::dtype_id), count);
@@ -156,7 +166,7 @@ class communicator {
                                                             : run_all_gather<A, R>(s, in, out, count, parts);
       if (!ok) {
         const health h = check_health();
-        return reject(h.state == status::ok ? status::poisoned : h.state, h.message);
+        return refuse(h.state == status::ok ? status::poisoned : h.state, h.message);
       }
     }
     return status::ok;
@@ -171,9 +181,25 @@ class communicator {
       return false;
   }
 
-  status reject(status s, std::string why) {
+  status refuse(status s, std::string why) {
     last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
     return s;
+  }
+
+  /// Bad input seen by this rank: its peers may already be inside this collective, so the rank takes its place
+  /// in the sequence and tells them to abort (session::reject), then reports the reason.
+  status reject_call(const std::string& why) {
+    protocol::host_team team;
+    auto handle = transport_.handle();
+    protocol::session<protocol::host_team, typename Transport::handle_type> s(team, handle, &state_, policy_, 0, 0);
+    if (s.enter()) {
+      protocol::failure_record rec{};
+      rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
+      rec.peer = rank();
+      s.reject(rec);
+    }
+    return refuse(status::invalid_argument, why + "; peers were told to abort this collective and the communicator "
+                                                  "is now poisoned");
   }
 
   options opts_;

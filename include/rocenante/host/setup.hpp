@@ -13,6 +13,7 @@
 #include "../core/error.hpp"
 #include "../core/options.hpp"
 #include "../protocol/layout.hpp"
+#include "../core/status.hpp"
 #include "../protocol/state.hpp"
 
 namespace rocenante::host {
@@ -89,16 +90,41 @@ inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, con
   }
 }
 
-template <class Transport>
-Transport check_and_connect(bootstrap::bootstrap_ref boot, const options& o, const protocol::window_layout& layout,
-                            const char* transport_name) {
+/// Set-up order: first agree (raw options exchanged, so a bad value on one rank is reported by every rank as a
+/// mismatch naming the field, instead of one rank throwing and the others waiting), then validate and lay out.
+template <class... Algos>
+protocol::window_layout agree_and_layout(bootstrap::bootstrap_ref boot, const options& o, const char* transport_name) {
   agree_on_config(boot, o, transport_name);
-  return Transport(boot, layout);
+  return make_layout<Algos...>(boot.size(), o);
+}
+
+/// Whether algorithm A fits a window laid out for another list of algorithms (rank-invariant check).
+template <class A>
+bool fits(const protocol::window_layout& l) {
+  const int n = static_cast<int>(l.ranks);
+  return A::channels(n) <= l.channels && A::slot_bytes(n, l.capacity_bytes) <= l.slot_bytes;
 }
 
 inline std::string describe_failure(int rank, const protocol::failure_record& f) {
-  char buf[512];
-  if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch)) {
+  char buf[640];
+  if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::rejected)) {
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: refused its call at sequence %u (bad input on this rank: see the status and last_error() "
+                  "of that call); its peers were told to abort the collective; the communicator is poisoned and "
+                  "every later call returns status::poisoned",
+                  rank, f.seq);
+  } else if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::proxy_stalled)) {
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: its proxy did not drain the post queue within %.3f ms at sequence %u (part %u, posting to "
+                  "rank %d); the proxy thread is stopped or starved; the communicator is poisoned and every later "
+                  "call returns status::poisoned",
+                  rank, static_cast<double>(f.waited_ns) / 1e6, f.seq, f.part, f.peer);
+  } else if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::peer_rejected)) {
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: rank %d refused the collective at sequence %u (bad input on rank %d: see its error); the "
+                  "communicator is poisoned and every later call returns status::poisoned",
+                  rank, f.peer, f.seq, f.peer);
+  } else if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch)) {
     std::snprintf(buf, sizeof buf,
                   "rank %d: rank %d entered a different collective at sequence %u (slot %u, part %u, channel %u): "
                   "call signature 0x%08x there vs 0x%08x here (collective, algorithm, dtype or count differ); "
@@ -114,6 +140,16 @@ inline std::string describe_failure(int rank, const protocol::failure_record& f)
                   static_cast<unsigned long long>(f.expected), static_cast<unsigned long long>(f.observed), f.peer);
   }
   return buf;
+}
+
+/// Status a failure record maps to.
+inline status failure_status(const protocol::failure_record& f) {
+  switch (static_cast<protocol::failure_kind>(f.kind)) {
+    case protocol::failure_kind::timeout:
+    case protocol::failure_kind::proxy_stalled: return status::timeout;
+    case protocol::failure_kind::rejected: return status::invalid_argument;
+    default: return status::mismatch;
+  }
 }
 
 }  // namespace rocenante::host

@@ -28,4 +28,17 @@ __global__ void __launch_bounds__(threads_per_block, 1)
   (void)coll.run(ctx, in, out, count, blockIdx.x, gridDim.x);
 }
 
+/// A rank that refuses a call (bad input seen on the host) launches this instead of the collective, in stream
+/// order: it takes the collective's place in the sequence and tells every peer to abort (session::reject).
+template <class Handle>
+__global__ void __launch_bounds__(threads_per_block, 1) reject(device::context<Handle> ctx) {
+  device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, 0, 0, ctx.mirror);
+  if (!s.enter()) return;
+  protocol::failure_record rec{};
+  rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
+  rec.peer = ctx.handle.rank();
+  s.reject(rec);
+}
+
 }  // namespace rocenante::kernel

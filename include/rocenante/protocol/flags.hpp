@@ -53,7 +53,11 @@ ROCENANTE_HOST_DEVICE constexpr std::uint32_t flag_signature(std::uint64_t f) {
   return static_cast<std::uint32_t>(f >> 32);
 }
 
-static_assert(call_tag(collective::all_gather, 7, 7) != 0xffu, "no call may produce the unset tag");
+/// Signature of the abort flag a rank publishes when it refuses a collective its peers may have entered
+/// (session::reject). Tag 0xfe: no call produces it (collective ids stay below 3).
+inline constexpr std::uint32_t abort_signature = 0xfeu << 24;
+
+static_assert(call_tag(collective::all_gather, 7, 7) < 0xc0u, "no call may produce the unset or abort tags");
 static_assert(make_flag(0u, call_signature(collective::all_reduce, 0, 1, 0)) != flag_unset);
 
 }  // namespace rocenante::protocol

@@ -13,12 +13,15 @@
 // signalling thread (cumulative through the barrier) -> peer's acquire load of the flag -> peer's team.all()
 // barrier -> peer's loads of the payload. See docs/design.md, "Memory ordering".
 //
-// Why two slots suffice: a rank starts collective s+2 (same slot as s) only after it received every peer's flag
-// of s+1, and a peer signals s+1 only after its own part of s has finished reading slot s & 1. Parts never
-// overlap between collectives of one rank: each rank runs its collectives in order (one stream / one thread).
+// Why two slots suffice (one_shot): a rank starts collective s+2 (same slot as s) only after it received every
+// peer's flag of s+1, and a peer signals s+1 only after it has finished s, reading of slot s & 1 included: each
+// rank runs its collectives in order (one stream / one thread), so no part of s+1 starts before every part of s
+// has finished. Ring receives flags only from its previous neighbour; there the argument runs through the last
+// all-gather step, which carries the chunk the next rank owns (docs/design.md, "Why two slots suffice").
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../config.hpp"
 #include "../core/atomic.hpp"
@@ -53,7 +56,7 @@ class session {
     bool healthy_now = true;
     if (team_.thread() == 0) healthy_now = !is_poisoned(state_);
     // Every thread reads seq; it cannot change until this part finishes (only the last part advances it).
-    seq_ = detail::load_relaxed(&state_->seq);
+    seq_ = detail::load_relaxed<std::uint32_t, state_scope>(&state_->seq);
     return team_.all(healthy_now);
   }
 
@@ -64,10 +67,19 @@ class session {
   ROCENANTE_HOST_DEVICE Team& team() { return team_; }
   ROCENANTE_HOST_DEVICE Handle& handle() { return h_; }
 
-  /// One thread calls, after a team barrier that follows the staging of [off, off+bytes).
-  ROCENANTE_HOST_DEVICE void signal(int peer, std::uint32_t channel, std::uint64_t off, std::uint64_t bytes) {
+  /// One thread calls, after a team barrier that follows the staging of [off, off+bytes). With a
+  /// shared_staging handle (proxy, NIC) one thread per part posts every signal of the part (single producer).
+  /// A handle whose signal() can fail (a full post queue that the proxy did not drain in time) poisons the rank;
+  /// the wait that follows then ends at once.
+  ROCENANTE_HOST_DEVICE bool signal(int peer, std::uint32_t channel, std::uint64_t off, std::uint64_t bytes) {
     const std::uint64_t index = h_.layout().flag_index(slot(), part_, channel);
-    h_.signal(peer, slot(), off, bytes, index, flag_value());
+    if constexpr (std::is_same_v<decltype(h_.signal(peer, slot(), off, bytes, index, flag_value())), bool>) {
+      if (!h_.signal(peer, slot(), off, bytes, index, flag_value()))
+        return fail(failure_kind::proxy_stalled, peer, channel, flag_value(), 0, policy_.timeout_ns);
+    } else {
+      h_.signal(peer, slot(), off, bytes, index, flag_value());
+    }
+    return true;
   }
 
   /// Wait for `peer`'s flag on `channel` of this part. One thread calls; returns false on failure (after
@@ -79,11 +91,13 @@ class session {
     const std::uint64_t start = detail::now_ns();
     std::uint64_t polls = 0;
     for (;;) {
-      const std::uint64_t seen = detail::load_acquire(flag);
+      const std::uint64_t seen = detail::load_acquire(flag, h_.scope());
       if (seen == expected) return true;
       ++polls;
-      const bool mismatch = flag_seq(seen) == seq_ && seen != flag_unset;
-      if (mismatch) return fail(failure_kind::mismatch, peer, channel, expected, seen, detail::now_ns() - start);
+      if (flag_seq(seen) == seq_ && seen != flag_unset) {
+        const failure_kind k = flag_signature(seen) == abort_signature ? failure_kind::peer_rejected : failure_kind::mismatch;
+        return fail(k, peer, channel, expected, seen, detail::now_ns() - start);
+      }
       if ((polls & 15u) == 0) {
         if (is_poisoned(state_)) return false;
         const std::uint64_t waited = detail::now_ns() - start;
@@ -122,11 +136,40 @@ class session {
   ROCENANTE_HOST_DEVICE void finish(std::uint32_t parts) {
     team_.sync();
     if (team_.thread() == 0) {
-      const std::uint32_t done = detail::fetch_add_acq_rel(&state_->parts_done, 1u) + 1u;
+      const std::uint32_t done = detail::fetch_add_acq_rel<std::uint32_t, state_scope>(&state_->parts_done, 1u) + 1u;
       if (done == parts) {
-        detail::store_relaxed(&state_->parts_done, 0u);
-        detail::store_release(&state_->seq, seq_ + 1u);  // wraps at 2^32 by design
+        detail::store_relaxed<std::uint32_t, state_scope>(&state_->parts_done, 0u);
+        detail::store_release<std::uint32_t, state_scope>(&state_->seq, seq_ + 1u);  // wraps at 2^32 by design
       }
+    }
+  }
+
+  /// A rank that rejects a call (bad input seen only here, or any local refusal) still takes its place in the
+  /// sequence, so that its peers — which may already be inside this collective — fail at once instead of
+  /// pairing their call with this rank's next one (HAZARDS #7, #17): every team thread calls; the team writes the
+  /// abort flag (seq, abort_signature) into every channel of every part of this sequence's slot at every peer,
+  /// then poisons this rank with `rec`. The slot's flags at a peer belong to this sequence (two-slot argument),
+  /// so nothing live is overwritten.
+  ROCENANTE_HOST_DEVICE void reject(failure_record rec) {
+    const auto& l = h_.layout();
+    const std::uint64_t value = make_flag(seq_, abort_signature);
+    const std::uint64_t per_peer = std::uint64_t{l.max_parts} * l.channels;
+    const int ranks = h_.ranks(), self = h_.rank();
+    // A shared_staging handle has one producer per part queue: thread 0 posts everything.
+    const std::uint64_t first = Handle::shared_staging ? (team_.thread() == 0 ? 0 : ~std::uint64_t{0}) : team_.thread();
+    const std::uint64_t stride = Handle::shared_staging ? 1 : static_cast<std::uint64_t>(team_.size());
+    for (std::uint64_t w = first; w < per_peer * ranks; w += stride) {
+      const int peer = static_cast<int>(w / per_peer);
+      if (peer == self) continue;
+      const std::uint32_t part = static_cast<std::uint32_t>((w % per_peer) / l.channels);
+      const std::uint32_t channel = static_cast<std::uint32_t>(w % l.channels);
+      h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value);
+    }
+    team_.sync();
+    if (team_.thread() == 0) {
+      rec.seq = seq_;
+      rec.slot = slot();
+      poison(state_, rec, mirror_);
     }
   }
 

@@ -14,6 +14,9 @@ enum class failure_kind : std::uint32_t {
   none = 0,
   timeout = 1,   ///< a peer's flag did not arrive within the time or poll budget
   mismatch = 2,  ///< a peer's flag carried the right sequence but another call signature
+  peer_rejected = 3,  ///< a peer refused this collective (bad input there) and published an abort flag
+  rejected = 4,       ///< this rank refused a call after its peers may have entered it (bad input here)
+  proxy_stalled = 5,  ///< the proxy (or NIC) did not drain this rank's post queue within the timeout
 };
 
 /// What went wrong, written once by the first thread that detects a failure. Plain data; read on the host.
@@ -47,8 +50,12 @@ ROCENANTE_HOST_DEVICE inline void init_state(rank_state& s, std::uint32_t first_
   s.seq = first_seq;
 }
 
+/// The rank's own state is touched only by the code that runs this rank (device scope); the mirror is read by
+/// the host (system scope).
+inline constexpr cuda::thread_scope state_scope = cuda::thread_scope_device;
+
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_poisoned(rank_state* s) {
-  return detail::load_acquire(&s->poison) != healthy;
+  return detail::load_acquire<std::uint32_t, state_scope>(&s->poison) != healthy;
 }
 
 /// Record a failure and poison the rank. Only the first caller's record is kept; later callers return false.
@@ -56,9 +63,9 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_poisoned(rank_state* s) {
 /// state in device memory (fast to poll) and a mirror in host-mapped memory, so that the host can read the
 /// health of a rank without synchronizing the device (HAZARDS #13).
 ROCENANTE_HOST_DEVICE inline bool poison(rank_state* s, const failure_record& rec, rank_state* mirror = nullptr) {
-  if (!detail::compare_exchange(&s->poison, healthy, poisoning)) return false;
+  if (!detail::compare_exchange<std::uint32_t, state_scope>(&s->poison, healthy, poisoning)) return false;
   s->failure = rec;
-  detail::store_release(&s->poison, poisoned);
+  detail::store_release<std::uint32_t, state_scope>(&s->poison, poisoned);
   if (mirror != nullptr) {
     mirror->failure = rec;
     detail::store_release(&mirror->poison, poisoned);

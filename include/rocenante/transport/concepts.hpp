@@ -15,6 +15,8 @@
 //                                   signal() moves the bytes (a proxy or a NIC does); false when put_ptr() is the
 //                                   peer's own window (direct stores) and signal() only publishes the flag
 //     h.rank(), h.ranks()
+//     h.scope()                     memory_scope of the flags: device when every writer is on this GPU,
+//                                   system when another GPU, a CPU proxy or a NIC writes them
 //     h.layout()                    the window_layout every rank shares
 //     h.put_ptr(peer, slot, off)    where to write bytes destined for offset `off` of `peer`'s slot `slot`
 //     h.recv_ptr(slot, off)         this rank's own received bytes at (slot, off)
@@ -31,6 +33,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/atomic.hpp"
 #include "../protocol/layout.hpp"
 
 namespace rocenante::transport {
@@ -43,6 +46,7 @@ concept transport_handle =
       { H::shared_staging } -> std::convertible_to<bool>;
       { ch.rank() } -> std::convertible_to<int>;
       { ch.ranks() } -> std::convertible_to<int>;
+      { ch.scope() } -> std::convertible_to<memory_scope>;
       { ch.layout() } -> std::convertible_to<const protocol::window_layout&>;
       { h.put_ptr(peer, slot, off) } -> std::same_as<std::byte*>;
       { ch.recv_ptr(slot, off) } -> std::same_as<const std::byte*>;
@@ -67,7 +71,7 @@ constexpr bool check_transport() {
   static_assert(std::is_trivially_copyable_v<typename T::handle_type>,
                 "a transport's handle must be trivially copyable: it is passed by value into GPU kernels");
   static_assert(transport_handle<typename T::handle_type>,
-                "transport handle must provide shared_staging, rank(), ranks(), layout(), put_ptr(peer, slot, off), "
+                "transport handle must provide shared_staging, rank(), ranks(), scope(), layout(), put_ptr(peer, slot, off), "
                 "recv_ptr(slot, off), local_flag(index) and signal(peer, slot, off, bytes, index, value)");
   return true;
 }

@@ -32,11 +32,13 @@ struct direct_handle {
 
   int rank_;
   int ranks_;
+  memory_scope scope_;
   protocol::window_layout layout_;
   std::byte* windows_[max_ranks];
 
   ROCENANTE_HOST_DEVICE int rank() const { return rank_; }
   ROCENANTE_HOST_DEVICE int ranks() const { return ranks_; }
+  ROCENANTE_HOST_DEVICE memory_scope scope() const { return scope_; }
   ROCENANTE_HOST_DEVICE const protocol::window_layout& layout() const { return layout_; }
   ROCENANTE_HOST_DEVICE std::byte* put_ptr(int peer, std::uint32_t slot, std::uint64_t off) {
     return windows_[peer] + layout_.data_offset(slot) + off;
@@ -50,7 +52,7 @@ struct direct_handle {
   /// The bytes are already in the peer's window (stored through put_ptr); publish the flag.
   ROCENANTE_HOST_DEVICE void signal(int peer, std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t index,
                                     std::uint64_t value) {
-    detail::store_release(reinterpret_cast<std::uint64_t*>(windows_[peer]) + index, value);
+    detail::store_release(reinterpret_cast<std::uint64_t*>(windows_[peer]) + index, value, scope_);
   }
 };
 static_assert(transport_handle<direct_handle>);
@@ -105,6 +107,7 @@ class basic_loopback {
     handle_ = {};
     handle_.rank_ = boot.rank();
     handle_.ranks_ = n;
+    handle_.scope_ = memory_scope::system;
     handle_.layout_ = layout;
     for (int q = 0; q < n; ++q) {
       peers_[q] = *all[q].window;  // shared ownership: peers' windows outlive this rank's last write
@@ -114,6 +117,10 @@ class basic_loopback {
   }
 
   handle_type handle() const { return handle_; }
+
+  /// Flags written only by ranks on one GPU need device scope alone (far cheaper fences); the GPU communicator
+  /// narrows the scope when every rank shares its device.
+  void narrow_scope(memory_scope s) { handle_.scope_ = s; }
 
  private:
   std::shared_ptr<Window> self_;
