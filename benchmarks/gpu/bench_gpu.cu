@@ -24,9 +24,10 @@ namespace {
 
 constexpr int collectives_per_iteration = 20;
 
+template <class Transport>
 struct world {
   int n;
-  std::vector<std::unique_ptr<gpu::communicator<>>> comms;
+  std::vector<std::unique_ptr<gpu::communicator<Transport>>> comms;
   std::vector<cudaStream_t> streams;
   cudaStream_t master{};
   cudaEvent_t start{}, stop{};
@@ -38,7 +39,7 @@ struct world {
     options o = gpu::default_options();
     o.capacity_bytes = cap;
     o.max_parts = ranks == 8 ? 16 : 32;
-    host::spawn_ranks(n, [&](bootstrap::in_process& b) { comms[b.rank()] = std::make_unique<gpu::communicator<>>(b, o); });
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) { comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o); });
     for (int r = 0; r < n; ++r) {
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
       cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
@@ -52,30 +53,34 @@ struct world {
   }
 };
 
-world& get_world(int n) {
-  static std::unique_ptr<world> worlds[9];
-  if (!worlds[n]) worlds[n] = std::make_unique<world>(n, std::size_t{64} << 20);
+template <class Transport>
+world<Transport>& get_world(int n) {
+  static std::unique_ptr<world<Transport>> worlds[9];
+  const std::size_t cap = std::is_same_v<Transport, transport::cuda_loopback> ? std::size_t{64} << 20 : std::size_t{4} << 20;
+  if (!worlds[n]) worlds[n] = std::make_unique<world<Transport>>(n, cap);
   return *worlds[n];
 }
 
 enum class coll { all_reduce_one_shot, all_reduce_ring, all_gather };
 
-template <class T>
-status launch(world& w, int r, coll c, std::size_t count) {
+template <class T, class W>
+status launch(W& w, int r, coll c, std::size_t count) {
   auto& comm = *w.comms[r];
   const T* in = static_cast<const T*>(w.in[r]);
   T* out = static_cast<T*>(w.out[r]);
   switch (c) {
-    case coll::all_reduce_one_shot: return comm.all_reduce<algorithm::one_shot>(in, out, count, w.streams[r]);
-    case coll::all_reduce_ring: return comm.all_reduce<algorithm::ring>(in, out, count, w.streams[r]);
-    case coll::all_gather: return comm.all_gather<algorithm::one_shot>(in, out, count, w.streams[r]);
+    case coll::all_reduce_one_shot: return comm.template all_reduce<algorithm::one_shot>(in, out, count, w.streams[r]);
+    case coll::all_reduce_ring: return comm.template all_reduce<algorithm::ring>(in, out, count, w.streams[r]);
+    case coll::all_gather: return comm.template all_gather<algorithm::one_shot>(in, out, count, w.streams[r]);
   }
   return status::internal;
 }
 
-template <class T>
+template <class T, class Transport = transport::cuda_loopback>
 void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes, bool graph) {
-  world& w = get_world(n);
+  auto& w = get_world<Transport>(n);
+  transport::proxy_stats before{};
+  if constexpr (!std::is_same_v<Transport, transport::cuda_loopback>) before = w.comms[0]->transport().stats();
   const std::size_t count = bytes / sizeof(T);
   std::vector<cudaGraphExec_t> execs(n);
   if (graph) {
@@ -123,6 +128,13 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
                                                     benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ranks"] = n;
   state.counters["bytes"] = double(bytes);
+  if constexpr (!std::is_same_v<Transport, transport::cuda_loopback>) {
+    // Where proxy-mode time goes, rank 0's proxy: time inside post (copy + flag) per collective.
+    const auto after = w.comms[0]->transport().stats();
+    const double colls = double(state.iterations()) * collectives_per_iteration;
+    state.counters["proxy_post_us"] = double(after.busy_ns - before.busy_ns) / 1e3 / colls;
+    state.counters["proxy_posts"] = double(after.posts - before.posts) / colls;
+  }
 }
 
 void bench_copy(benchmark::State& state, std::size_t bytes) {
@@ -179,6 +191,14 @@ int main(int argc, char** argv) {
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
   const std::vector<std::size_t> sizes = {256, 1024, 8192, 49152, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   register_type<__nv_bfloat16>("bf16", sizes, {2, 4, 8}, true);
+  for (std::size_t bytes : {8192ul, 49152ul, 262144ul, 1048576ul})
+    for (int graph : {0, 1}) {
+      const std::string name = "all_reduce/one_shot/loopback_proxy/bf16/bytes:" + std::to_string(bytes) + "/ranks:4" +
+                               (graph ? "/graph:1" : "");
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+        bench_collective<__nv_bfloat16, transport::cuda_loopback_proxy>(s, 4, coll::all_reduce_one_shot, bytes, graph);
+      })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+    }
   register_type<__half>("fp16", {8192, 49152, 1 << 20, 64 << 20}, {4}, false);
   register_type<float>("fp32", {8192, 49152, 1 << 20, 64 << 20}, {4}, false);
   benchmark::RegisterBenchmark("copy/d2d/bytes:67108864/after", [](benchmark::State& s) { bench_copy(s, std::size_t{64} << 20); })

@@ -13,3 +13,4 @@
 #include "host/spawn.hpp"
 #include "reduce/sum.hpp"
 #include "transport/loopback.hpp"
+#include "transport/loopback_proxy.hpp"

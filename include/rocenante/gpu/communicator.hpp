@@ -56,13 +56,14 @@ class communicator {
       : opts_(opts),
         layout_(host::agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts,
                                                                             Transport::name)),
-        transport_(bootstrap::bootstrap_ref(boot), layout_) {
+        transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
     bootstrap::bootstrap_ref b(boot);
     ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
     enable_peer_access(b);
     bool one_device = true;
     for (int d : devices_) one_device = one_device && d == device_;
-    if (one_device) transport_.narrow_scope(memory_scope::device);
+    if constexpr (requires { transport_.narrow_scope(memory_scope::device); })
+      if (one_device) transport_.narrow_scope(memory_scope::device);
     check_co_residency(b);
     protocol::rank_state init{};
     protocol::init_state(init, opts.first_sequence);
@@ -94,6 +95,7 @@ class communicator {
   const options& opts() const { return opts_; }
   const protocol::window_layout& layout() const { return layout_; }
   const device::context<handle_type>& device_context() const { return ctx_; }
+  Transport& transport() { return transport_; }
 
   /// CTAs (parts) a collective of `count` elements of T uses; the same on every rank.
   template <class T>

@@ -49,7 +49,7 @@ class communicator {
   communicator(B& boot, const options& opts)
       : opts_(opts),
         layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name)),
-        transport_(bootstrap::bootstrap_ref(boot), layout_) {
+        transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
     protocol::init_state(state_, opts.first_sequence);
     policy_.timeout_ns = opts.timeout_ns;
     policy_.max_polls = opts.max_polls;
@@ -62,6 +62,7 @@ class communicator {
   int size() const { return transport_.handle().ranks(); }
   const options& opts() const { return opts_; }
   const protocol::window_layout& layout() const { return layout_; }
+  Transport& transport() { return transport_; }
   /// Sequence number the next collective will use.
   std::uint32_t next_sequence() const { return state_.seq; }
 

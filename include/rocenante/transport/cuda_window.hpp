@@ -5,11 +5,14 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "../core/cuda_check.hpp"
 #include "../protocol/layout.hpp"
 #include "loopback.hpp"
+#include "loopback_proxy.hpp"
 
 namespace rocenante::transport {
 
@@ -41,5 +44,31 @@ struct device_window {
 /// Ranks as threads of one process, windows in GPU memory. One GPU or several with peer access enabled.
 using cuda_loopback = basic_loopback<device_window>;
 static_assert(check_transport<cuda_loopback>());
+
+/// Proxy mode for GPU kernels (the DGX Spark path): windows, staging and post queues in pinned host-mapped
+/// memory that the kernel reads and writes in place; producer cursors in device memory.
+struct cuda_mapping {
+  static constexpr const char* where = "host-mapped";
+  static std::shared_ptr<std::byte> shared(std::uint64_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess)
+      throw transport_error("loopback_proxy (GPU): cudaHostAlloc of " + std::to_string(bytes) + " bytes failed (" +
+                            cudaGetErrorString(e) + ")");
+    std::memset(p, 0, bytes);
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { cudaFreeHost(q); });
+  }
+  static std::shared_ptr<std::byte> producer_private(std::uint64_t bytes) {
+    void* p = nullptr;
+    ROCENANTE_CUDA_CHECK(cudaMalloc(&p, bytes));
+    ROCENANTE_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { cudaFree(q); });
+  }
+  static void fill(std::byte* p, int value, std::uint64_t bytes) { std::memset(p, value, bytes); }
+};
+
+using cuda_loopback_proxy = basic_loopback_proxy<cuda_mapping>;
+static_assert(check_transport<cuda_loopback_proxy>());
 
 }  // namespace rocenante::transport

@@ -20,6 +20,7 @@
 #include "../bootstrap/concepts.hpp"
 #include "../core/atomic.hpp"
 #include "../core/error.hpp"
+#include "../core/options.hpp"
 #include "../protocol/flags.hpp"
 #include "../protocol/layout.hpp"
 #include "concepts.hpp"
@@ -86,7 +87,7 @@ class basic_loopback {
 
   /// Collective: every rank of `boot` calls, with the same layout. Throws transport_error when the ranks are
   /// not in one process.
-  basic_loopback(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout)
+  basic_loopback(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& = {})
       : self_(std::make_shared<Window>(layout)) {
     const int n = boot.size();
     if (n > max_ranks)
