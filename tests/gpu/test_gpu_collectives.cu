@@ -236,6 +236,68 @@ TEST_SUITE("gpu.proxy") {
   }
 }
 
+namespace {
+/// A user epilogue fused into the reduction's store: out = (sum + residual) * scale, in fp32, rounded once.
+struct residual_scale {
+  const __nv_bfloat16* residual;
+  float scale;
+  std::uint64_t count;
+  template <class Acc>
+  __host__ __device__ void operator()(std::uint64_t first, Acc& acc) const {
+    for (int l = 0; l < 8; ++l)
+      if (first + l < count) acc.v[l] = (acc.v[l] + __bfloat162float(residual[first + l])) * scale;
+  }
+};
+}  // namespace
+
+TEST_SUITE("gpu.epilogue") {
+  TEST_CASE("a user epilogue (residual add and scale) fused into the store matches the reference on every rank") {
+    using T = __nv_bfloat16;
+    const int n = 4;
+    const std::size_t count = 70000 + 5;
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 20;
+    std::vector<std::vector<T>> inputs(n), outputs(n);
+    const auto residual = make_input<T>(count, 99, 7);
+    std::atomic<int> bad{0};
+    for (auto algo : {algorithm::algo::one_shot, algorithm::algo::ring}) {
+      host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+        const int r = b.rank();
+        gpu::communicator<> comm(b, o);
+        gpu_rank gr;
+        inputs[r] = make_input<T>(count, r, 11);
+        dev_buf<T> din(count), dout(count), dres(count);
+        cudaMemcpy(din.p, inputs[r].data(), count * sizeof(T), cudaMemcpyHostToDevice);
+        cudaMemcpy(dres.p, residual.data(), count * sizeof(T), cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
+        pinned<T> hout(count);
+        b.barrier();
+        const residual_scale epi{dres.p, 0.5f, count};
+        const status st = algo == algorithm::algo::ring
+                              ? comm.all_reduce(din.p, dout.p, count, gr.stream, algorithm::ring{}, epi)
+                              : comm.all_reduce(din.p, dout.p, count, gr.stream, algorithm::one_shot{}, epi);
+        if (st != status::ok) ++bad;
+        cudaMemcpyAsync(hout.data(), dout.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaStreamSynchronize(gr.stream);
+        outputs[r].assign(hout.data(), hout.data() + count);
+        b.barrier();
+      });
+      // reference: the algorithm's summation order, then (sum + residual) * 0.5 in fp32, rounded once
+      using R = sum_t<T>;
+      const std::size_t lanes = 8, packets = (count + lanes - 1) / lanes, k = (packets + n - 1) / n;
+      for (std::size_t i = 0; i < count; ++i) {
+        const int first = algo == algorithm::algo::ring ? static_cast<int>((i / lanes) / k) : 0;
+        float acc = R::to_accum(inputs[first][i]);
+        for (int j = 1; j < n; ++j) acc = acc + R::to_accum(inputs[(first + j) % n][i]);
+        const T want = R::from_accum((acc + R::to_accum(residual[i])) * 0.5f);
+        for (int q = 0; q < n; ++q)
+          if (std::memcmp(&outputs[q][i], &want, sizeof(T)) != 0) ++bad;
+      }
+    }
+    CHECK(bad.load() == 0);
+  }
+}
+
 TEST_SUITE("gpu.graph") {
   TEST_CASE("1000 graph replays mixing all-reduce and all-gather of different sizes and grid sizes stay correct") {
     const int n = 4;

@@ -29,6 +29,17 @@ namespace rocenante::algorithm {
 
 enum class algo : std::uint8_t { one_shot = 1, ring = 2 };
 
+/// The default epilogue: store the rounded sum as it is.
+struct no_epilogue {
+  template <class AccumPacket>
+  ROCENANTE_HOST_DEVICE constexpr void operator()(std::uint64_t, AccumPacket&) const {}
+};
+
+/// An epilogue sees every packet of fp32 sums once, before the single rounding to the element type, with the
+/// index of its first element: `epi(first_element, acc)` may change acc.v[0..lanes) (e.g. add a residual, scale,
+/// apply an activation). It runs where the final sum is formed (every rank in one_shot, the chunk's owner in
+/// ring), so every rank still ends with identical bytes, provided the epilogue is a pure function of its
+/// arguments and of data identical on every rank. Lanes past `count` are computed and then discarded.
 template <class A>
 concept algorithm = requires(int n, std::uint64_t bytes) {
   { A::name } -> std::convertible_to<const char*>;

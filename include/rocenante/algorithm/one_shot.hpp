@@ -46,10 +46,10 @@ struct one_shot {
   /// All-reduce part `s.part()` of `parts`. Every team thread of every rank calls, for every part.
   /// Result: out[i] = sum over q = 0..n-1 of in_q[i], summed in that order in fp32, rounded once; valid in
   /// `out` for this part's packets when the call returns true, identical bytes on every rank.
-  template <reduce::reduction R, class Session>
+  template <reduce::reduction R, class Session, class Epilogue = no_epilogue>
   ROCENANTE_HOST_DEVICE static bool all_reduce(Session& s, const typename R::value_type* in,
                                                typename R::value_type* out, std::uint64_t count,
-                                               std::uint32_t parts) {
+                                               std::uint32_t parts, const Epilogue& epi = {}) {
     if (!stage_and_exchange<R>(s, in, count, parts)) return false;
     auto& team = s.team();
     auto& h = s.handle();
@@ -77,8 +77,12 @@ struct one_shot {
         }
       }
       ROCENANTE_UNROLL
-      for (int u = 0; u < unroll; ++u)
-        if (i0 + u * step < pr.end) reduce::store_user<R>(out, i0 + u * step, count, reduce::narrow<R>(acc[u]));
+      for (int u = 0; u < unroll; ++u) {
+        const std::uint64_t i = i0 + u * step;
+        if (i >= pr.end) continue;
+        epi(i * reduce::lanes<R>, acc[u]);
+        reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc[u]));
+      }
     }
     s.finish(parts);
     return true;

@@ -68,10 +68,10 @@ struct ring {
   ROCENANTE_HOST_DEVICE static constexpr int ag_send_chunk(int n, int r, int k) { return ((r + 1 - k) % n + n) % n; }
   ROCENANTE_HOST_DEVICE static constexpr int ag_recv_chunk(int n, int r, int k) { return ((r - k) % n + n) % n; }
 
-  template <reduce::reduction R, class Session>
+  template <reduce::reduction R, class Session, class Epilogue = no_epilogue>
   ROCENANTE_HOST_DEVICE static bool all_reduce(Session& s, const typename R::value_type* in,
                                                typename R::value_type* out, std::uint64_t count,
-                                               std::uint32_t parts) {
+                                               std::uint32_t parts, const Epilogue& epi = {}) {
     static_assert(supports<R>, "ring forwards partial sums at every hop: a reduction that is lossy per hop "
                                "(R::lossy_per_hop, e.g. NVFP4 on the wire) would be requantized n-1 times; use one_shot");
     using A = reduce::accum_packet<R>;
@@ -97,8 +97,11 @@ struct ring {
     };
 
     if (n == 1) {
-      for (std::uint64_t i = sub.begin + team.thread(); i < sub.end && i < packets; i += team.size())
-        reduce::store_user<R>(out, i, count, reduce::narrow<R>(reduce::widen<R>(reduce::load_user<R>(in, i, count))));
+      for (std::uint64_t i = sub.begin + team.thread(); i < sub.end && i < packets; i += team.size()) {
+        A acc = reduce::widen<R>(reduce::load_user<R>(in, i, count));
+        epi(i * reduce::lanes<R>, acc);
+        reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+      }
       s.finish(parts);
       return true;
     }
@@ -134,6 +137,7 @@ struct ring {
         if (j == 0) {
           A acc = reduce::load_accum<R>(h.recv_ptr(slot, static_cast<std::uint64_t>(n - 2) * k * abytes + (i - first) * abytes));
           reduce::accumulate<R>(acc, reduce::load_user<R>(in, i, count));
+          epi(i * reduce::lanes<R>, acc);
           v = reduce::narrow<R>(acc);
           reduce::store_user<R>(out, i, count, v);
         } else {

@@ -33,7 +33,11 @@ struct context {
   protocol::wait_policy policy;
 };
 
-template <algorithm::algorithm Algorithm, reduce::reduction Reduction, class Handle>
+/// Epilogue: a functor called as epi(first_element, accum_packet&) on every packet of fp32 sums before the
+/// single rounding (algorithm/concepts.hpp, no_epilogue): fuse a residual add, a scale or an activation into the
+/// reduction's store.
+template <algorithm::algorithm Algorithm, reduce::reduction Reduction, class Handle,
+          class Epilogue = algorithm::no_epilogue>
 class block_all_reduce {
  public:
   using value_type = typename Reduction::value_type;
@@ -44,12 +48,12 @@ class block_all_reduce {
   ROCENANTE_DEVICE block_all_reduce(temp_storage&, int thread, int threads) : team_{thread, threads} {}
 
   ROCENANTE_DEVICE bool run(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
-                            std::uint32_t part, std::uint32_t parts) {
+                            std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
     const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
                                                        static_cast<std::uint32_t>(Algorithm::id),
                                                        static_cast<std::uint32_t>(Reduction::dtype_id), count);
     protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
-    return Algorithm::template all_reduce<Reduction>(s, in, out, count, parts);
+    return Algorithm::template all_reduce<Reduction>(s, in, out, count, parts, epi);
   }
 
  private:

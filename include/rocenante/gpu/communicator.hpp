@@ -104,13 +104,16 @@ class communicator {
     return algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
   }
 
-  template <algorithm::algorithm A = algorithm::one_shot, class T>
-  status all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, A = {}) {
+  /// out[i] = epilogue(sum over ranks of in[i]), rounded once; see algorithm::no_epilogue for the contract of an
+  /// epilogue (trivially copyable functor, passed to the kernel by value).
+  template <algorithm::algorithm A = algorithm::one_shot, class T, class Epilogue = algorithm::no_epilogue>
+  status all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, A = {}, Epilogue epi = {}) {
     using R = reduce::sum<std::remove_cv_t<T>>;
     static_assert(reduce::check_reduction<R>());
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
+    static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
-    kernel::all_reduce<A, R, handle_type><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count);
+    kernel::all_reduce<A, R, handle_type, Epilogue><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count, epi);
     return launched();
   }
 

@@ -8,14 +8,14 @@ namespace rocenante::kernel {
 
 inline constexpr int threads_per_block = 512;
 
-template <class Algorithm, class Reduction, class Handle>
+template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue>
 __global__ void __launch_bounds__(threads_per_block, 1)
     all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
-               typename Reduction::value_type* out, std::uint64_t count) {
-  __shared__ typename device::block_all_reduce<Algorithm, Reduction, Handle>::temp_storage tmp;
-  device::block_all_reduce<Algorithm, Reduction, Handle> coll(tmp, static_cast<int>(threadIdx.x),
-                                                              static_cast<int>(blockDim.x));
-  (void)coll.run(ctx, in, out, count, blockIdx.x, gridDim.x);
+               typename Reduction::value_type* out, std::uint64_t count, Epilogue epi = {}) {
+  using block_t = device::block_all_reduce<Algorithm, Reduction, Handle, Epilogue>;
+  __shared__ typename block_t::temp_storage tmp;
+  block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+  (void)coll.run(ctx, in, out, count, blockIdx.x, gridDim.x, epi);
 }
 
 template <class Algorithm, class Reduction, class Handle>
