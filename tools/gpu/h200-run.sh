@@ -22,7 +22,7 @@ nvflags="-std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-con
 test_bin=build-gpu/tests/gpu/test_gpu_collectives; bench_bin=build-gpu/benchmarks/gpu/rocenante-bench-gpu
 if meson setup build-gpu -Dgpu_archs=90a -Dextra_include="$root/.deps/include" -Dexamples=false >"$OUT/setup.log" 2>&1; then
   targets="tests/gpu/test_gpu_collectives"
-  [ "$mode" != tests ] && targets="$targets benchmarks/gpu/rocenante-bench-gpu"
+  [ "$mode" != tests ] && [ "$mode" != sanitize ] && targets="$targets benchmarks/gpu/rocenante-bench-gpu"
   ninja -C build-gpu -j16 $targets >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -60; exit 1; }
 else
   echo "meson set-up failed (see setup.log); building with nvcc directly"; tail -3 "$OUT/setup.log"
@@ -34,13 +34,21 @@ else
 fi
 echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
-if [ "$mode" != bench ]; then
+if [ "$mode" = all ] || [ "$mode" = tests ]; then
   t1=$(date +%s)
   $test_bin 2>&1 | tee "$OUT/gpu-tests.log"
   rc=${PIPESTATUS[0]}
   echo "gpu tests: rc=$rc, $(( $(date +%s) - t1 )) s"
 fi
-if [ "$mode" != tests ]; then
+if [ "$mode" = all ] || [ "$mode" = sanitize ]; then
+  t3=$(date +%s)
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 $test_bin -tc="*one rank*" > "$OUT/sanitizer-$tool.log" 2>&1
+    echo "compute-sanitizer $tool: rc=$? ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1))"
+  done
+  echo "sanitizers: $(( $(date +%s) - t3 )) s"
+fi
+if [ "$mode" != tests ] && [ "$mode" != sanitize ]; then
   t2=$(date +%s)
   $bench_bin --benchmark_out="$OUT/h200-loopback.json" --benchmark_out_format=json \
     --benchmark_counters_tabular=true "$@" 2>&1 > "$OUT/bench.log"
