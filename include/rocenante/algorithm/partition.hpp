@@ -26,11 +26,11 @@ ROCENANTE_HOST_DEVICE constexpr range split(std::uint64_t total, std::uint32_t p
   return {begin, begin + base + (part < extra ? 1 : 0)};
 }
 
-/// Number of parts for a collective of `packets` packets: at least `min_packets_per_part` packets per part,
-/// at most `max_parts` parts, at least one part.
+/// Number of parts for a collective of `packets` packets: every part gets at least `min_packets_per_part`
+/// packets (floor), at most `max_parts` parts, at least one part.
 ROCENANTE_HOST_DEVICE constexpr std::uint32_t part_count(std::uint64_t packets, std::uint64_t min_packets_per_part,
                                                          std::uint32_t max_parts) {
-  const std::uint64_t want = min_packets_per_part ? protocol::ceil_div(packets, min_packets_per_part) : max_parts;
+  const std::uint64_t want = min_packets_per_part ? packets / min_packets_per_part : max_parts;
   return want == 0 ? 1u : (want > max_parts ? max_parts : static_cast<std::uint32_t>(want));
 }
 

@@ -172,7 +172,8 @@ class communicator {
   }
 
   status refuse(status s, std::string why) {
-    last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
+    last_error_ = why.rfind("rank ", 0) == 0 ? "rocenante " + std::move(why)
+                                             : "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
     return s;
   }
 

@@ -87,6 +87,9 @@ class communicator {
 
   /// Runtime dispatch (enum -> instantiation), for tools that pick the type and algorithm at run time.
   status all_reduce(const void* in, void* out, std::size_t count, dtype t, algorithm::algo a) {
+    if (t != dtype::f32 && t != dtype::f16 && t != dtype::bf16)
+      return reject_call(std::string("all_reduce has no reduction for dtype ") + to_string(t) + " in this build",
+                         status::not_supported);
     return dispatch_dtype(t, [&]<class T>(T*) {
       if (a == algorithm::algo::ring)
         return all_reduce<algorithm::ring>(static_cast<const T*>(in), static_cast<T*>(out), count);
@@ -94,6 +97,9 @@ class communicator {
     });
   }
   status all_gather(const void* in, void* out, std::size_t count, dtype t) {
+    if (t != dtype::f32 && t != dtype::f16 && t != dtype::bf16)
+      return reject_call(std::string("all_gather has no instantiation for dtype ") + to_string(t) + " in this build",
+                         status::not_supported);
     return dispatch_dtype(t, [&]<class T>(T*) {
       return all_gather<algorithm::one_shot>(static_cast<const T*>(in), static_cast<T*>(out), count);
     });
@@ -183,13 +189,14 @@ class communicator {
   }
 
   status refuse(status s, std::string why) {
-    last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
+    last_error_ = why.rfind("rank ", 0) == 0 ? "rocenante " + std::move(why)
+                                             : "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
     return s;
   }
 
   /// Bad input seen by this rank: its peers may already be inside this collective, so the rank takes its place
   /// in the sequence and tells them to abort (session::reject), then reports the reason.
-  status reject_call(const std::string& why) {
+  status reject_call(const std::string& why, status code = status::invalid_argument) {
     protocol::host_team team;
     auto handle = transport_.handle();
     protocol::session<protocol::host_team, typename Transport::handle_type> s(team, handle, &state_, policy_, 0, 0);
@@ -199,8 +206,7 @@ class communicator {
       rec.peer = rank();
       s.reject(rec);
     }
-    return refuse(status::invalid_argument, why + "; peers were told to abort this collective and the communicator "
-                                                  "is now poisoned");
+    return refuse(code, why + "; peers were told to abort this collective and the communicator is now poisoned");
   }
 
   options opts_;

@@ -107,6 +107,7 @@ bool fits(const protocol::window_layout& l) {
 
 inline std::string describe_failure(int rank, const protocol::failure_record& f) {
   char buf[640];
+  const char* how = f.relayed ? " (relayed by a peer's abort flag)" : "";
   if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::rejected)) {
     std::snprintf(buf, sizeof buf,
                   "rank %d: refused its call at sequence %u (bad input on this rank: see the status and last_error() "
@@ -121,16 +122,26 @@ inline std::string describe_failure(int rank, const protocol::failure_record& f)
                   rank, static_cast<double>(f.waited_ns) / 1e6, f.seq, f.part, f.peer);
   } else if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::peer_rejected)) {
     std::snprintf(buf, sizeof buf,
-                  "rank %d: rank %d refused the collective at sequence %u (bad input on rank %d: see its error); the "
+                  "rank %d: rank %d refused the collective at sequence %u (bad input on rank %d: see its error)%s; the "
                   "communicator is poisoned and every later call returns status::poisoned",
-                  rank, f.peer, f.seq, f.peer);
+                  rank, f.peer, f.seq, f.peer, how);
   } else if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch)) {
     std::snprintf(buf, sizeof buf,
-                  "rank %d: rank %d entered a different collective at sequence %u (slot %u, part %u, channel %u): "
-                  "call signature 0x%08x there vs 0x%08x here (collective, algorithm, dtype or count differ); "
-                  "the communicator is poisoned and every later call returns status::poisoned",
-                  rank, f.peer, f.seq, f.slot, f.part, f.channel, static_cast<unsigned>(f.observed >> 32),
-                  static_cast<unsigned>(f.expected >> 32));
+                  "rank %d: rank %d entered a different collective at sequence %u (slot %u, part %u, channel %u)%s: "
+                  "the collective, algorithm, dtype or count differ between ranks; the communicator is poisoned and "
+                  "every later call returns status::poisoned",
+                  rank, f.peer, f.seq, f.slot, f.part, f.channel, how);
+  } else if (f.relayed && f.peer == rank) {
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: its peers timed out waiting for it at sequence %u and aborted the collective (this rank "
+                  "was stalled or late); the communicator is poisoned and every later call returns status::poisoned",
+                  rank, f.seq);
+  } else if (f.relayed) {
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: rank %d missed sequence %u (a peer's wait for it timed out; relayed by a peer's abort "
+                  "flag); rank %d is dead, stalled or called a different collective; the communicator is poisoned "
+                  "and every later call returns status::poisoned",
+                  rank, f.peer, f.seq, f.peer);
   } else {
     std::snprintf(buf, sizeof buf,
                   "rank %d: timed out after %.3f ms waiting for rank %d at sequence %u (slot %u, part %u, channel %u; "

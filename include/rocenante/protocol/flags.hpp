@@ -53,9 +53,16 @@ ROCENANTE_HOST_DEVICE constexpr std::uint32_t flag_signature(std::uint64_t f) {
   return static_cast<std::uint32_t>(f >> 32);
 }
 
-/// Signature of the abort flag a rank publishes when it refuses a collective its peers may have entered
-/// (session::reject). Tag 0xfe: no call produces it (collective ids stay below 3).
-inline constexpr std::uint32_t abort_signature = 0xfeu << 24;
+/// Signature of the abort flag a rank publishes when it refuses a collective its peers may have entered, or when
+/// one of its waits failed (session::abort_peers): tag 0xfe, which no call produces (collective ids stay below
+/// 3), then the failure kind (8 bits) and the rank the failure points at (16 bits). Every rank that relays an
+/// abort keeps kind and rank, so all ranks report the same culprit however the news reached them.
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t abort_signature(std::uint32_t kind, int suspect) {
+  return (0xfeu << 24) | ((kind & 0xffu) << 16) | (static_cast<std::uint32_t>(suspect) & 0xffffu);
+}
+ROCENANTE_HOST_DEVICE constexpr bool is_abort(std::uint32_t signature) { return (signature >> 24) == 0xfeu; }
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t abort_kind(std::uint32_t signature) { return (signature >> 16) & 0xffu; }
+ROCENANTE_HOST_DEVICE constexpr int abort_rank(std::uint32_t signature) { return static_cast<int>(signature & 0xffffu); }
 
 static_assert(call_tag(collective::all_gather, 7, 7) < 0xc0u, "no call may produce the unset or abort tags");
 static_assert(make_flag(0u, call_signature(collective::all_reduce, 0, 1, 0)) != flag_unset);

@@ -95,8 +95,11 @@ class session {
       if (seen == expected) return true;
       ++polls;
       if (flag_seq(seen) == seq_ && seen != flag_unset) {
-        const failure_kind k = flag_signature(seen) == abort_signature ? failure_kind::peer_rejected : failure_kind::mismatch;
-        return fail(k, peer, channel, expected, seen, detail::now_ns() - start);
+        const std::uint32_t sig = flag_signature(seen);
+        if (is_abort(sig))
+          return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen,
+                      detail::now_ns() - start, true);
+        return fail(failure_kind::mismatch, peer, channel, expected, seen, detail::now_ns() - start);
       }
       if ((polls & 15u) == 0) {
         if (is_poisoned(state_)) return false;
@@ -120,14 +123,14 @@ class session {
       if (q == self) continue;
       ok = ok && wait_one(q, channel_of(q));
     }
-    return team_.all(ok);
+    return settle(ok);
   }
 
   /// Every team thread calls: wait for one peer on one channel (ring steps).
   ROCENANTE_HOST_DEVICE bool wait_peer(int peer, std::uint32_t channel) {
     bool ok = true;
     if (team_.thread() == 0) ok = wait_one(peer, channel);
-    return team_.all(ok);
+    return settle(ok);
   }
 
   /// Every team thread calls, after its last access to slot memory of this collective. The last of `parts`
@@ -146,13 +149,26 @@ class session {
 
   /// A rank that rejects a call (bad input seen only here, or any local refusal) still takes its place in the
   /// sequence, so that its peers — which may already be inside this collective — fail at once instead of
-  /// pairing their call with this rank's next one (HAZARDS #7, #17): every team thread calls; the team writes the
-  /// abort flag (seq, abort_signature) into every channel of every part of this sequence's slot at every peer,
-  /// then poisons this rank with `rec`. The slot's flags at a peer belong to this sequence (two-slot argument),
-  /// so nothing live is overwritten.
+  /// pairing their call with this rank's next one (HAZARDS #7, #17): every team thread calls; the team publishes
+  /// the abort flag (abort_peers) and the rank is poisoned with `rec`.
   ROCENANTE_HOST_DEVICE void reject(failure_record rec) {
+    abort_peers(rec.kind, rec.peer);
+    if (team_.thread() == 0) {
+      rec.seq = seq_;
+      rec.slot = slot();
+      poison(state_, rec, mirror_);
+    }
+  }
+
+  /// Every team thread calls: write the abort flag (seq, abort_signature(kind, suspect)) into every channel of every part
+  /// of this sequence's slot at every peer. Used when this rank refuses a call and when one of its waits failed,
+  /// so that a failure reaches every rank at once — in a ring, a rank waits only for its neighbour, and without
+  /// this a failure would travel one timeout per hop. The slot's flags at a peer belong to this sequence (the
+  /// two-slot argument), so nothing live is overwritten; a peer that already finished this sequence ignores
+  /// them (it waits for other sequence numbers).
+  ROCENANTE_HOST_DEVICE void abort_peers(std::uint32_t kind, int suspect) {
     const auto& l = h_.layout();
-    const std::uint64_t value = make_flag(seq_, abort_signature);
+    const std::uint64_t value = make_flag(seq_, abort_signature(kind, suspect));
     const std::uint64_t per_peer = std::uint64_t{l.max_parts} * l.channels;
     const int ranks = h_.ranks(), self = h_.rank();
     // A shared_staging handle has one producer per part queue: thread 0 posts everything.
@@ -163,19 +179,28 @@ class session {
       if (peer == self) continue;
       const std::uint32_t part = static_cast<std::uint32_t>((w % per_peer) / l.channels);
       const std::uint32_t channel = static_cast<std::uint32_t>(w % l.channels);
-      h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value);
+      (void)h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value);
     }
     team_.sync();
-    if (team_.thread() == 0) {
-      rec.seq = seq_;
-      rec.slot = slot();
-      poison(state_, rec, mirror_);
-    }
   }
 
  private:
+  /// The team's verdict on a wait; on failure the team tells every peer to abort this sequence.
+  ROCENANTE_HOST_DEVICE bool settle(bool ok) {
+    if (team_.all(ok)) return true;
+    // The failure record was completed before the barrier by the thread that failed (or by another part, which
+    // may still be writing it: wait for it briefly, it is a handful of stores).
+    std::uint32_t p = detail::load_acquire<std::uint32_t, state_scope>(&state_->poison);
+    for (int spins = 0; p == poisoning && spins < (1 << 20); ++spins)
+      p = detail::load_acquire<std::uint32_t, state_scope>(&state_->poison);
+    const bool known = p == poisoned;
+    abort_peers(known ? state_->failure.kind : static_cast<std::uint32_t>(failure_kind::timeout),
+                known ? state_->failure.peer : h_.rank());
+    return false;
+  }
+
   ROCENANTE_HOST_DEVICE bool fail(failure_kind kind, int peer, std::uint32_t channel, std::uint64_t expected,
-                                  std::uint64_t seen, std::uint64_t waited) {
+                                  std::uint64_t seen, std::uint64_t waited, bool relayed = false) {
     failure_record rec{};
     rec.kind = static_cast<std::uint32_t>(kind);
     rec.peer = peer;
@@ -186,6 +211,7 @@ class session {
     rec.expected = expected;
     rec.observed = seen;
     rec.waited_ns = waited;
+    rec.relayed = relayed ? 1u : 0u;
     poison(state_, rec, mirror_);
     return false;
   }

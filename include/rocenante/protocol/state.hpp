@@ -30,6 +30,8 @@ struct failure_record {
   std::uint64_t expected;  ///< flag word waited for
   std::uint64_t observed;  ///< flag word seen last
   std::uint64_t waited_ns; ///< how long the wait lasted
+  std::uint32_t relayed;   ///< 1 when this rank learned of the failure from a peer's abort flag
+  std::uint32_t reserved;
 };
 
 /// poison values
@@ -53,6 +55,17 @@ ROCENANTE_HOST_DEVICE inline void init_state(rank_state& s, std::uint32_t first_
 /// The rank's own state is touched only by the code that runs this rank (device scope); the mirror is read by
 /// the host (system scope).
 inline constexpr cuda::thread_scope state_scope = cuda::thread_scope_device;
+
+/// Kind a relayed abort is recorded as: a refusal there is a peer_rejected here; timeouts and mismatches keep
+/// their kind (with the culprit they named).
+ROCENANTE_HOST_DEVICE constexpr failure_kind relayed_kind(std::uint32_t k) {
+  switch (static_cast<failure_kind>(k)) {
+    case failure_kind::rejected:
+    case failure_kind::peer_rejected: return failure_kind::peer_rejected;
+    case failure_kind::mismatch: return failure_kind::mismatch;
+    default: return failure_kind::timeout;
+  }
+}
 
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_poisoned(rank_state* s) {
   return detail::load_acquire<std::uint32_t, state_scope>(&s->poison) != healthy;
