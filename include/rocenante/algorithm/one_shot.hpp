@@ -58,7 +58,7 @@ struct one_shot {
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
     for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += unroll * step) {
-      reduce::accum_packet<R> acc[unroll];
+      reduce::accum_packet<R> acc[unroll] = {};
       for (int q = 0; q < n; ++q) {
         reduce::value_packet<R> v[unroll] = {};
         ROCENANTE_UNROLL

@@ -41,6 +41,13 @@ struct wait_policy {
 
 enum class outcome : std::uint32_t { ok = 0, poisoned, failed };
 
+/// Extra time per hop of a chained wait (see session::wait_one): a 16th of the timeout, at most 30 ms. With 16
+/// ranks a ring has 30 steps, so the longest bound is timeout + 0.9 s.
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t hop_grace(std::uint64_t timeout_ns) {
+  const std::uint64_t g = timeout_ns >> 4;
+  return g < 30'000'000ull ? g : 30'000'000ull;
+}
+
 template <team Team, class Handle>
 class session {
  public:
@@ -84,7 +91,14 @@ class session {
 
   /// Wait for `peer`'s flag on `channel` of this part. One thread calls; returns false on failure (after
   /// recording it and poisoning the rank) or when another part poisoned the rank meanwhile.
-  ROCENANTE_HOST_DEVICE bool wait_one(int peer, std::uint32_t channel) {
+  ///
+  /// `hop` is the step of a chained wait (ring step j waits for a flag that exists only after every earlier
+  /// step succeeded somewhere upstream). When a ring rank dies, every survivor's wait started at about the same
+  /// moment; without a tie-break the downstream ranks time out together with the dead rank's neighbour and blame
+  /// their own (alive) predecessors. Each hop therefore adds hop_grace(timeout) to the bound, so the wait
+  /// closest to the dead rank expires first and its abort flag — naming the dead rank — reaches everyone else
+  /// before their own deadlines.
+  ROCENANTE_HOST_DEVICE bool wait_one(int peer, std::uint32_t channel, std::uint32_t hop = 0) {
     const std::uint64_t index = h_.layout().flag_index(slot(), part_, channel);
     std::uint64_t* flag = h_.local_flag(index);
     const std::uint64_t expected = flag_value();
@@ -104,7 +118,8 @@ class session {
       if ((polls & 15u) == 0) {
         if (is_poisoned(state_)) return false;
         const std::uint64_t waited = detail::now_ns() - start;
-        const bool out_of_time = policy_.timeout_ns != 0 && waited >= policy_.timeout_ns;
+        const bool out_of_time =
+            policy_.timeout_ns != 0 && waited >= policy_.timeout_ns + std::uint64_t{hop} * hop_grace(policy_.timeout_ns);
         const bool out_of_polls = policy_.max_polls != 0 && polls >= policy_.max_polls;
         if (out_of_time || out_of_polls) return fail(failure_kind::timeout, peer, channel, expected, seen, waited);
       }
@@ -129,7 +144,7 @@ class session {
   /// Every team thread calls: wait for one peer on one channel (ring steps).
   ROCENANTE_HOST_DEVICE bool wait_peer(int peer, std::uint32_t channel) {
     bool ok = true;
-    if (team_.thread() == 0) ok = wait_one(peer, channel);
+    if (team_.thread() == 0) ok = wait_one(peer, channel, channel);
     return settle(ok);
   }
 

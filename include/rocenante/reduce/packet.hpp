@@ -121,7 +121,7 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_user(typename R::value_ty
   const int bytes = n * static_cast<int>(sizeof(typename R::value_type));
   for (int i = 0; i < bytes; ++i) d[i] = s[i];
 #else
-  std::memcpy(dst, &v, static_cast<std::size_t>(n) * sizeof(typename R::value_type));
+  std::memcpy(static_cast<void*>(dst), &v, static_cast<std::size_t>(n) * sizeof(typename R::value_type));
 #endif
 }
 

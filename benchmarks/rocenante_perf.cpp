@@ -1,0 +1,665 @@
+// rocenante-perf — nccl-tests-style sweep of RoCEnante's collectives: one row per (size, type, algorithm),
+// with nccl-tests' columns (size count type redop time algbw busbw #wrong) plus the algorithm, and an optional
+// JSON receipt holding every raw sample.
+//
+//   rocenante-perf -b 16 -e 1M -f 4 -d all --algo all --ranks 4            (what `tools/quickstart perf` runs)
+//   rocenante-perf --collective all_gather -b 1K -e 256K -J receipt.json
+//
+// Backends: `--transport` picks one from `backends()` below. Today there is one, `loopback`: ranks are threads of
+// this process running the host executor (host::communicator) over the in-process loopback transport. Its
+// times are CPU times of CPU threads — they measure the protocol's overheads, not a GPU, NVLink or RoCE, and are
+// not a performance figure. A GPU transport is a new entry in backends() that runs `run_rank` on its own
+// communicator type; nothing else here changes.
+//
+// Measurement, per row: `-w` untimed iterations, then `-n` timed ones. Before each timed iteration every rank
+// enters a bootstrap barrier, then times its own call with steady_clock. The row's sample for iteration i is the
+// slowest rank's time for i; `time` is the median of those samples (p99 by nearest rank goes to the JSON).
+// algbw = size/time; busbw = algbw * 2(n-1)/n for all-reduce, * (n-1)/n for all-gather (nccl-tests' formulas;
+// for all-gather `size` is the gathered output, n * count * sizeof(type), as in nccl-tests).
+//
+// Check (-c 1): rank r's element i is a small integer in [-4, 4] drawn from a hash of (seed, r, i), exactly
+// representable in every type, so every sum of up to 16 ranks is exact and the right answer has exactly one
+// encoding. After the timed loop the output is filled with NaN bytes, one more collective runs, and every rank
+// compares its output bytes with the expected bytes; an element counts once in #wrong when it differs on any
+// rank (which also counts every element where ranks' bytes differ from each other).
+//
+// Exit status: 0 when every row ran with status ok and #wrong is 0 everywhere; 1 otherwise; 2 for bad usage.
+#include <getopt.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <rocenante/rocenante.hpp>
+
+#ifndef ROCENANTE_SOURCE_DIR
+#define ROCENANTE_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using namespace rocenante;
+using algorithm::algo;
+
+enum class collective_kind { all_reduce, all_gather };
+
+const char* to_string(collective_kind c) { return c == collective_kind::all_reduce ? "all_reduce" : "all_gather"; }
+const char* algo_name(algo a) { return a == algo::ring ? algorithm::ring::name : algorithm::one_shot::name; }
+
+struct config {
+  std::uint64_t min_bytes = 16;
+  std::uint64_t max_bytes = std::uint64_t{1} << 20;
+  std::uint64_t step_bytes = 0;  // -i: linear steps; 0 = use the factor
+  double step_factor = 4.0;
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  std::vector<dtype> dtypes = {dtype::f32, dtype::f16, dtype::bf16};
+  std::vector<algo> algos = {algo::one_shot, algo::ring};
+  collective_kind coll = collective_kind::all_reduce;
+  int ranks = 4;
+  std::string transport = "loopback";
+  std::string json_path;
+  double timeout_s = 10.0;
+  int corrupt_rank = -1;  // --self-test-corrupt R: flip one output bit on rank R before the check (tests the checker)
+};
+
+/// One row of the table; complete on rank 0 (the rank that prints), partial elsewhere.
+struct row {
+  std::uint64_t bytes = 0;  // the size column: all-reduce input, or all-gather output (n * count * sizeof)
+  std::uint64_t count = 0;  // elements per rank's input
+  dtype type = dtype::f32;
+  algo algorithm = algo::one_shot;
+  std::vector<double> samples_us;  // per iteration, slowest rank
+  double median_us = 0, p99_us = 0, algbw = 0, busbw = 0;
+  std::uint64_t wrong = 0;
+  status state = status::ok;
+  int failed_rank = -1;
+  std::string error;
+};
+
+// ---- command line ---------------------------------------------------------------------------------------
+
+[[noreturn]] void usage_error(const std::string& why) {
+  std::fprintf(stderr, "rocenante-perf: %s (try --help)\n", why.c_str());
+  std::exit(2);
+}
+
+void print_help() {
+  std::printf(
+      "usage: rocenante-perf [options]\n"
+      "  -b, --minbytes SIZE       smallest size (default 16); SIZE takes K, M, G suffixes (powers of 1024)\n"
+      "  -e, --maxbytes SIZE       largest size (default 1M); also sets the communicator's capacity\n"
+      "  -f, --stepfactor F        multiply the size by F each step (default 4)\n"
+      "  -i, --stepbytes SIZE      add SIZE each step instead of multiplying\n"
+      "  -n, --iters N             timed iterations per row (default 20)\n"
+      "  -w, --warmup_iters N      untimed iterations per row (default 5)\n"
+      "  -c, --check 0|1           check every result (default 1)\n"
+      "  -d, --datatype T          float|half|bfloat16|all, or a comma list (default all)\n"
+      "  -o, --op OP               sum (the only reduction today)\n"
+      "  -J, --json FILE           write a JSON receipt with every raw sample\n"
+      "  -T, --timeout SECONDS     bound on every wait for a peer (default 10)\n"
+      "      --algo A              one_shot|ring|all, or a comma list (default all)\n"
+      "      --collective C        all_reduce|all_gather (default all_reduce)\n"
+      "      --ranks N             in-process ranks, 1..%d (default 4)\n"
+      "      --transport T         backend: loopback (default: CPU host executor, ranks as threads)\n"
+      "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
+      "  -h, --help\n"
+      "Times from the loopback transport are CPU times of the host executor, not a performance figure.\n",
+      max_ranks);
+}
+
+std::uint64_t parse_size(const char* s) {
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end == s || v < 0) usage_error(std::string("bad size '") + s + "'");
+  double mult = 1;
+  switch (*end) {
+    case 'k': case 'K': mult = 1024.0; ++end; break;
+    case 'm': case 'M': mult = 1024.0 * 1024; ++end; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; ++end; break;
+    default: break;
+  }
+  if (*end == 'i') ++end;  // KiB, MiB, GiB
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') usage_error(std::string("bad size '") + s + "': use a number with an optional K, M or G suffix");
+  return static_cast<std::uint64_t>(v * mult);
+}
+
+long parse_int(const char* s, const char* what, long lo, long hi) {
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < lo || v > hi)
+    usage_error(std::string("bad ") + what + " '" + s + "': expected an integer in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "]");
+  return v;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = s.find(',', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<dtype> parse_dtypes(const std::string& s) {
+  if (s == "all") return {dtype::f32, dtype::f16, dtype::bf16};
+  std::vector<dtype> out;
+  for (const auto& t : split_commas(s)) {
+    if (t == "float" || t == "fp32" || t == "f32" || t == "float32") out.push_back(dtype::f32);
+    else if (t == "half" || t == "fp16" || t == "f16" || t == "float16") out.push_back(dtype::f16);
+    else if (t == "bfloat16" || t == "bf16") out.push_back(dtype::bf16);
+    else usage_error("unknown datatype '" + t + "': use float, half, bfloat16 or all");
+  }
+  return out;
+}
+
+std::vector<algo> parse_algos(const std::string& s) {
+  if (s == "all") return {algo::one_shot, algo::ring};
+  std::vector<algo> out;
+  for (const auto& t : split_commas(s)) {
+    if (t == "one_shot") out.push_back(algo::one_shot);
+    else if (t == "ring") out.push_back(algo::ring);
+    else usage_error("unknown algorithm '" + t + "': use one_shot, ring or all");
+  }
+  return out;
+}
+
+config parse_args(int argc, char** argv) {
+  enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt };
+  static const option long_opts[] = {
+      {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},
+      {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
+      {"iters", required_argument, nullptr, 'n'},      {"warmup_iters", required_argument, nullptr, 'w'},
+      {"check", required_argument, nullptr, 'c'},      {"datatype", required_argument, nullptr, 'd'},
+      {"op", required_argument, nullptr, 'o'},         {"json", required_argument, nullptr, 'J'},
+      {"timeout", required_argument, nullptr, 'T'},    {"algo", required_argument, nullptr, opt_algo},
+      {"ranks", required_argument, nullptr, opt_ranks}, {"collective", required_argument, nullptr, opt_collective},
+      {"transport", required_argument, nullptr, opt_transport}, {"help", no_argument, nullptr, 'h'},
+      {"self-test-corrupt", required_argument, nullptr, opt_corrupt},
+      {nullptr, 0, nullptr, 0}};
+  config c;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:J:T:h", long_opts, nullptr)) != -1) {
+    switch (ch) {
+      case 'b': c.min_bytes = parse_size(optarg); break;
+      case 'e': c.max_bytes = parse_size(optarg); break;
+      case 'f': {
+        char* end = nullptr;
+        c.step_factor = std::strtod(optarg, &end);
+        if (end == optarg || *end != '\0' || !(c.step_factor > 1.0)) usage_error("stepfactor must be a number above 1");
+        c.step_bytes = 0;
+        break;
+      }
+      case 'i': c.step_bytes = parse_size(optarg); if (c.step_bytes == 0) usage_error("stepbytes must be positive"); break;
+      case 'n': c.iters = static_cast<int>(parse_int(optarg, "iters", 1, 100000000)); break;
+      case 'w': c.warmup = static_cast<int>(parse_int(optarg, "warmup_iters", 0, 100000000)); break;
+      case 'c': c.check = parse_int(optarg, "check", 0, 1) != 0; break;
+      case 'd': c.dtypes = parse_dtypes(optarg); break;
+      case 'o':
+        if (std::strcmp(optarg, "sum") != 0 && std::strcmp(optarg, "all") != 0)
+          usage_error(std::string("unsupported op '") + optarg + "': only sum is implemented");
+        break;
+      case 'J': c.json_path = optarg; break;
+      case 'T': {
+        char* end = nullptr;
+        c.timeout_s = std::strtod(optarg, &end);
+        if (end == optarg || *end != '\0' || !(c.timeout_s > 0)) usage_error("timeout must be a positive number of seconds");
+        break;
+      }
+      case opt_algo: c.algos = parse_algos(optarg); break;
+      case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); break;
+      case opt_collective:
+        if (std::strcmp(optarg, "all_reduce") == 0) c.coll = collective_kind::all_reduce;
+        else if (std::strcmp(optarg, "all_gather") == 0) c.coll = collective_kind::all_gather;
+        else usage_error(std::string("unknown collective '") + optarg + "': use all_reduce or all_gather");
+        break;
+      case opt_transport: c.transport = optarg; break;
+      case opt_corrupt: c.corrupt_rank = static_cast<int>(parse_int(optarg, "rank", 0, max_ranks - 1)); break;
+      case 'h': print_help(); std::exit(0);
+      default: usage_error("unknown option");
+    }
+  }
+  if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
+  if (c.min_bytes == 0) c.min_bytes = 1;
+  if (c.max_bytes < c.min_bytes) usage_error("maxbytes is below minbytes");
+  if (c.coll == collective_kind::all_gather) {
+    std::vector<algo> kept;
+    for (algo a : c.algos)
+      if (a == algo::one_shot) kept.push_back(a);
+    if (kept.empty()) usage_error("ring has no all-gather; use --algo one_shot");
+    c.algos = kept;
+  }
+  return c;
+}
+
+std::vector<std::uint64_t> sweep_sizes(const config& c) {
+  std::vector<std::uint64_t> sizes;
+  for (std::uint64_t s = c.min_bytes; s <= c.max_bytes;) {
+    sizes.push_back(s);
+    const std::uint64_t next =
+        c.step_bytes ? s + c.step_bytes : static_cast<std::uint64_t>(std::floor(static_cast<double>(s) * c.step_factor));
+    s = std::max(next, s + 1);
+  }
+  return sizes;
+}
+
+// ---- data and checking ----------------------------------------------------------------------------------
+
+/// Small integer in [-4, 4] for (seed, rank, index): exact in fp32, fp16 and bf16, and so is any sum of 16.
+int input_value(std::uint64_t seed, int rank, std::uint64_t i) {
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(rank) << 48) ^ i;
+  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27; x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<int>(x % 9) - 4;
+}
+
+template <class T>
+T from_int(int v) {
+  return reduce::sum<T>::from_accum(static_cast<float>(v));
+}
+
+// ---- one row ----------------------------------------------------------------------------------------------
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Every rank calls with the same arguments. Returns the row; samples, statistics and #wrong are complete on
+/// rank 0, which is the rank that prints.
+template <class A, class T, class Comm, class Boot>
+row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::uint64_t seed) {
+  const int n = boot.size(), me = boot.rank();
+  const bool gather = cfg.coll == collective_kind::all_gather;
+  row out_row;
+  out_row.type = reduce::sum<T>::dtype_id;
+  out_row.algorithm = A::id;
+  out_row.count = gather ? size / (sizeof(T) * n) : size / sizeof(T);
+  out_row.bytes = out_row.count * sizeof(T) * (gather ? n : 1);
+  const std::uint64_t count = out_row.count, out_count = gather ? count * n : count;
+
+  std::vector<T> in(count), out(out_count);
+  for (std::uint64_t i = 0; i < count; ++i) in[i] = from_int<T>(input_value(seed, me, i));
+
+  auto call = [&]() -> status {
+    if (gather) {
+      if constexpr (A::supports_all_gather) return comm.template all_gather<A>(in.data(), out.data(), count);
+      return status::not_supported;
+    }
+    return comm.template all_reduce<A>(in.data(), out.data(), count);
+  };
+  status first = status::ok;
+  std::string why;
+  auto note = [&](status s) {
+    if (s != status::ok && first == status::ok) {
+      first = s;
+      why = comm.last_error();
+    }
+  };
+
+  for (int w = 0; w < cfg.warmup; ++w) note(call());
+  std::vector<double> mine(static_cast<std::size_t>(cfg.iters));
+  for (int it = 0; it < cfg.iters; ++it) {
+    boot.barrier();
+    const double t0 = now_us();
+    const status s = call();
+    mine[it] = now_us() - t0;
+    note(s);
+  }
+
+  // Check: one more collective into an output full of NaN bytes, then compare bytes with the expected bytes.
+  std::vector<std::uint8_t> wrong_bits;
+  if (cfg.check) {
+    std::memset(static_cast<void*>(out.data()), 0xff, out_count * sizeof(T));
+    boot.barrier();
+    note(call());
+    if (cfg.corrupt_rank == me) reinterpret_cast<unsigned char*>(out.data())[out_count * sizeof(T) - 1] ^= 1u;
+    wrong_bits.assign((out_count + 7) / 8, 0);
+    for (std::uint64_t j = 0; j < out_count; ++j) {
+      T expect;
+      if (gather) {
+        expect = from_int<T>(input_value(seed, static_cast<int>(j / count), j % count));
+      } else {
+        int sum = 0;
+        for (int q = 0; q < n; ++q) sum += input_value(seed, q, j);
+        expect = from_int<T>(sum);
+      }
+      if (std::memcmp(&expect, &out[j], sizeof(T)) != 0) wrong_bits[j / 8] |= std::uint8_t(1u << (j % 8));
+    }
+  }
+
+  // Gather every rank's samples, status, first error and wrong elements (through the bootstrap, so that a
+  // multi-process backend works the same way).
+  std::vector<double> all(static_cast<std::size_t>(n) * cfg.iters);
+  boot.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
+  struct rank_status {
+    std::uint32_t state;
+    char why[492];
+  } st{static_cast<std::uint32_t>(first), {}};
+  std::snprintf(st.why, sizeof st.why, "%s", why.c_str());
+  std::vector<rank_status> statuses(static_cast<std::size_t>(n));
+  boot.all_gather(&st, statuses.data(), sizeof st);
+  // Report the root cause: a mismatch seen by one rank makes its peers time out waiting, so prefer it.
+  for (int q = 0; q < n; ++q)
+    if (statuses[q].state != 0 && (out_row.state == status::ok || (out_row.state != status::mismatch &&
+                                                                   statuses[q].state == std::uint32_t(status::mismatch)))) {
+      out_row.state = static_cast<status>(statuses[q].state);
+      out_row.failed_rank = q;
+      out_row.error = statuses[q].why;
+    }
+  if (cfg.check && !wrong_bits.empty()) {
+    std::vector<std::uint8_t> all_bits(wrong_bits.size() * n);
+    boot.all_gather(wrong_bits.data(), all_bits.data(), wrong_bits.size());
+    for (std::size_t b = 0; b < wrong_bits.size(); ++b) {
+      std::uint8_t any = 0;
+      for (int q = 0; q < n; ++q) any |= all_bits[q * wrong_bits.size() + b];
+      out_row.wrong += static_cast<std::uint64_t>(__builtin_popcount(any));
+    }
+  }
+
+  out_row.samples_us.resize(static_cast<std::size_t>(cfg.iters));
+  for (int it = 0; it < cfg.iters; ++it) {
+    double slowest = 0;
+    for (int q = 0; q < n; ++q) slowest = std::max(slowest, all[static_cast<std::size_t>(q) * cfg.iters + it]);
+    out_row.samples_us[it] = slowest;
+  }
+  std::vector<double> sorted = out_row.samples_us;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t k = sorted.size();
+  out_row.median_us = k % 2 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
+  out_row.p99_us = sorted[static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(k))) - 1];
+  if (out_row.median_us > 0) {
+    out_row.algbw = static_cast<double>(out_row.bytes) / out_row.median_us / 1e3;  // bytes/us/1e3 = GB/s
+    const double factor = gather ? double(n - 1) / n : 2.0 * double(n - 1) / n;
+    out_row.busbw = out_row.algbw * factor;
+  }
+  return out_row;
+}
+
+// ---- the sweep, generic over transport and bootstrap -----------------------------------------------------
+
+void print_row(const row& r, collective_kind c) {
+  char wrong[32];
+  if (r.state != status::ok) std::snprintf(wrong, sizeof wrong, "%s", to_string(r.state));
+  else std::snprintf(wrong, sizeof wrong, "%llu", static_cast<unsigned long long>(r.wrong));
+  std::printf("%12llu  %12llu  %8s  %6s  %9s  %10.2f  %11.3f  %11.3f  %6s\n", static_cast<unsigned long long>(r.bytes),
+              static_cast<unsigned long long>(r.count), to_string(r.type),
+              c == collective_kind::all_reduce ? "sum" : "none", algo_name(r.algorithm), r.median_us, r.algbw, r.busbw,
+              wrong);
+  if (r.state != status::ok)  // the library's message names the rank
+    std::printf("# %s\n", r.error.empty() ? ("rank " + std::to_string(r.failed_rank) + ": no message").c_str()
+                                           : r.error.c_str());
+  std::fflush(stdout);
+}
+
+/// Capacity the communicator needs for this sweep: the largest input of one rank.
+std::uint64_t capacity_for(const config& c) {
+  const std::uint64_t per_rank =
+      c.coll == collective_kind::all_gather ? (c.max_bytes + c.ranks - 1) / c.ranks : c.max_bytes;
+  return std::max<std::uint64_t>(per_rank, packet_bytes);
+}
+
+/// One rank's whole sweep. Every rank calls with the same arguments; rank 0 prints and fills `rows`.
+template <class Transport, class Boot>
+void run_rank(Boot& boot, const config& cfg, std::vector<row>& rows) {
+  options opts;
+  opts.capacity_bytes = capacity_for(cfg);
+  opts.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
+  host::communicator<Transport> comm(boot, opts);
+  const auto sizes = sweep_sizes(cfg);
+  std::uint64_t seed = 1;
+  for (dtype t : cfg.dtypes) {
+    for (algo a : cfg.algos) {
+      for (std::uint64_t size : sizes) {
+        ++seed;
+        const std::uint64_t unit = (t == dtype::f32 ? 4 : 2) * (cfg.coll == collective_kind::all_gather ? boot.size() : 1);
+        if (size < unit) continue;  // not one element per rank at this size
+        row r;
+        auto run_one = [&]<class T>(T*) {
+          r = a == algo::ring ? measure<algorithm::ring, T>(comm, boot, cfg, size, seed)
+                              : measure<algorithm::one_shot, T>(comm, boot, cfg, size, seed);
+        };
+        if (t == dtype::f32) run_one(static_cast<float*>(nullptr));
+        else if (t == dtype::f16) run_one(static_cast<__half*>(nullptr));
+        else run_one(static_cast<__nv_bfloat16*>(nullptr));
+        if (boot.rank() == 0) {
+          print_row(r, cfg.coll);
+          rows.push_back(r);
+        }
+        if (r.state != status::ok) return;  // every rank saw the same gathered status: stop together
+      }
+    }
+  }
+}
+
+// ---- backends -----------------------------------------------------------------------------------------------
+
+struct backend {
+  const char* name;
+  const char* description;  // for the header
+  std::function<void(const config&, std::vector<row>&)> run;
+};
+
+std::vector<backend> backends() {
+  return {
+      {"loopback", "CPU host executor; ranks are threads of this process",
+       [](const config& cfg, std::vector<row>& rows) {
+         const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(60.0, 6 * cfg.timeout_s) * 1e3));
+         host::spawn_ranks(
+             cfg.ranks, [&](bootstrap::in_process& boot) { run_rank<transport::loopback>(boot, cfg, rows); },
+             boot_timeout);
+       }},
+      // Planned: GPU loopback (CUDA IPC / NVLink), ibverbs (RoCE), nccl. Each is one entry here.
+  };
+}
+
+// ---- provenance and the JSON receipt -------------------------------------------------------------------------
+
+std::string run_capture(const std::string& cmd, bool* ok) {
+  std::string out;
+  *ok = false;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[512];
+  std::size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  *ok = ::pclose(p) == 0;
+  return out;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct provenance {
+  std::string commit = "unknown";
+  std::string dirty = "unknown";  // "true", "false" or "unknown"
+  std::string date, host = "unknown";
+};
+
+provenance read_provenance() {
+  provenance p;
+  const std::string git = "git -C " + shell_quote(ROCENANTE_SOURCE_DIR);
+  bool ok = false;
+  std::string head = run_capture(git + " rev-parse HEAD 2>/dev/null", &ok);
+  while (!head.empty() && (head.back() == '\n' || head.back() == '\r')) head.pop_back();
+  if (ok && head.size() == 40) {
+    p.commit = head;
+    const std::string st = run_capture(git + " status --porcelain 2>/dev/null", &ok);
+    if (ok) p.dirty = st.empty() ? "false" : "true";
+  }
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) == 0) p.host = buf;
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  p.date = date;
+  return p;
+}
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += static_cast<char>(c); }
+    else if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c < 0x20) { char u[8]; std::snprintf(u, sizeof u, "\\u%04x", c); o += u; }
+    else o += static_cast<char>(c);
+  }
+  return o + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+bool write_json(const std::string& path, int argc, char** argv, const config& cfg, const provenance& p,
+                const std::vector<row>& rows, bool passed) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return false;
+  std::string cmd;
+  for (int i = 0; i < argc; ++i) {
+    if (i) cmd += ' ';
+    cmd += shell_quote(argv[i]);
+  }
+  std::fprintf(f, "{\n  \"tool\": \"rocenante-perf\",\n  \"version\": \"%d.%d.%d\",\n", ROCENANTE_VERSION_MAJOR,
+               ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH);
+  std::fprintf(f, "  \"command_line\": %s,\n  \"argv\": [", json_string(cmd).c_str());
+  for (int i = 0; i < argc; ++i) std::fprintf(f, "%s%s", i ? ", " : "", json_string(argv[i]).c_str());
+  std::fprintf(f, "],\n  \"git_commit\": %s,\n  \"git_dirty\": %s,\n", json_string(p.commit).c_str(),
+               p.dirty == "unknown" ? "\"unknown\"" : p.dirty.c_str());
+  std::fprintf(f, "  \"date\": %s,\n  \"host\": %s,\n  \"transport\": %s,\n  \"ranks\": %d,\n",
+               json_string(p.date).c_str(), json_string(p.host).c_str(), json_string(cfg.transport).c_str(), cfg.ranks);
+  std::fprintf(f, "  \"collective\": \"%s\",\n  \"op\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n",
+               to_string(cfg.coll), cfg.coll == collective_kind::all_reduce ? "sum" : "none", cfg.iters, cfg.warmup);
+  std::fprintf(f, "  \"check\": %s,\n  \"capacity_bytes\": %llu,\n  \"time\": \"%s\",\n", cfg.check ? "true" : "false",
+               static_cast<unsigned long long>(capacity_for(cfg)),
+               "per iteration: the slowest rank's steady_clock time of one call, after a barrier; median and p99 "
+               "(nearest rank) over iterations");
+  std::fprintf(f, "  \"note\": \"%s\",\n", cfg.transport == "loopback"
+                                                ? "CPU host executor over the in-process loopback transport: not a "
+                                                  "performance figure"
+                                                : "");
+  std::fprintf(f, "  \"passed\": %s,\n  \"rows\": [", passed ? "true" : "false");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const row& r = rows[i];
+    std::fprintf(f, "%s\n    {\"size\": %llu, \"count\": %llu, \"type\": \"%s\", \"algorithm\": \"%s\", ",
+                 i ? "," : "", static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count),
+                 to_string(r.type), algo_name(r.algorithm));
+    std::fprintf(f, "\"status\": \"%s\", \"error\": %s,\n     \"samples_us\": [", to_string(r.state),
+                 json_string(r.error).c_str());
+    for (std::size_t s = 0; s < r.samples_us.size(); ++s)
+      std::fprintf(f, "%s%s", s ? ", " : "", json_number(r.samples_us[s]).c_str());
+    std::fprintf(f, "],\n     \"median_us\": %s, \"p99_us\": %s, \"algbw_GBps\": %s, \"busbw_GBps\": %s, \"wrong\": %llu}",
+                 json_number(r.median_us).c_str(), json_number(r.p99_us).c_str(), json_number(r.algbw).c_str(),
+                 json_number(r.busbw).c_str(), static_cast<unsigned long long>(r.wrong));
+  }
+  std::fprintf(f, "\n  ]\n}\n");
+  return std::fclose(f) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const config cfg = parse_args(argc, argv);
+  const auto all = backends();
+  const backend* be = nullptr;
+  for (const auto& b : all)
+    if (cfg.transport == b.name) be = &b;
+  if (!be) {
+    std::string names;
+    for (const auto& b : all) {
+      if (!names.empty()) names += ", ";
+      names += b.name;
+    }
+    usage_error("transport '" + cfg.transport + "' is not available in this build (available: " + names +
+                "; GPU, ibverbs and NCCL transports are planned)");
+  }
+
+  const provenance prov = read_provenance();
+  std::string types;
+  for (dtype t : cfg.dtypes) {
+    if (!types.empty()) types += ',';
+    types += to_string(t);
+  }
+  std::string algos;
+  for (algo a : cfg.algos) {
+    if (!algos.empty()) algos += ',';
+    algos += algo_name(a);
+  }
+  std::printf("# rocenante-perf %d.%d.%d: %s, %d ranks, transport %s (%s)\n", ROCENANTE_VERSION_MAJOR,
+              ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH, to_string(cfg.coll), cfg.ranks, be->name,
+              be->description);
+  std::printf("# commit %s%s, host %s, %s\n", prov.commit.c_str(),
+              prov.dirty == "true" ? " (dirty)" : "", prov.host.c_str(),
+              prov.date.c_str());
+  std::printf("# minBytes %llu maxBytes %llu step: %s warmup iters: %d iters: %d validation: %d types: %s algorithms: %s\n",
+              static_cast<unsigned long long>(cfg.min_bytes), static_cast<unsigned long long>(cfg.max_bytes),
+              cfg.step_bytes ? (std::to_string(cfg.step_bytes) + "(bytes)").c_str()
+                             : (json_number(cfg.step_factor) + "(factor)").c_str(),
+              cfg.warmup, cfg.iters, cfg.check ? 1 : 0, types.c_str(), algos.c_str());
+  if (cfg.transport == "loopback")
+    std::printf("# CPU host executor: times are CPU threads' times, not a GPU or network performance figure\n");
+  std::printf("# time: median over iterations of the slowest rank's time (p99 and raw samples: -J FILE)\n#\n");
+  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "size", "count", "type", "redop", "algorithm",
+              "time", "algbw", "busbw", "#wrong");
+  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+              "(GB/s)", "(GB/s)", "");
+  std::fflush(stdout);
+
+  std::vector<row> rows;
+  bool crashed = false;
+  try {
+    be->run(cfg, rows);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "rocenante-perf: %s\n", e.what());
+    crashed = true;
+  }
+
+  std::uint64_t wrong = 0;
+  bool all_ok = !crashed;
+  double busbw_sum = 0;
+  for (const row& r : rows) {
+    wrong += r.wrong;
+    busbw_sum += r.busbw;
+    if (r.state != status::ok) all_ok = false;
+  }
+  const bool passed = all_ok && wrong == 0;
+  std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), passed ? "OK" : "FAILED");
+  std::printf("# Avg bus bandwidth    : %.4g%s\n", rows.empty() ? 0.0 : busbw_sum / static_cast<double>(rows.size()),
+              cfg.transport == "loopback" ? "  (CPU host executor: not a performance figure)" : "");
+  std::printf("#\n");
+  std::fflush(stdout);
+
+  if (!cfg.json_path.empty()) {
+    if (!write_json(cfg.json_path, argc, argv, cfg, prov, rows, passed)) {
+      std::fprintf(stderr, "rocenante-perf: could not write %s: %s\n", cfg.json_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
+  return passed ? 0 : 1;
+}

@@ -1,0 +1,73 @@
+// tests/host/test_one_shot.cpp — one_shot all-reduce and all-gather against the float64 reference, for fp32,
+// fp16 and bf16 at 2, 3, 4 and 8 ranks, counts {1, 7, 16, 4096+3, capacity}, one part and three parts.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "reference_case.hpp"
+
+using namespace rtest;
+using rocenante::algorithm::one_shot;
+
+namespace {
+
+const int rank_counts[] = {2, 3, 4, 8};
+
+template <class T>
+void all_reduce_cases(bool multi_part, std::uint64_t id) {
+  for (int n : rank_counts) {
+    CAPTURE(n);
+    check_all_reduce_against_reference<one_shot, T>(n, reference_options(multi_part), id * 16 + n);
+  }
+}
+
+template <class T>
+void all_gather_cases(std::uint64_t id) {
+  for (int n : rank_counts) {
+    CAPTURE(n);
+    check_all_gather<T>(n, reference_options(n % 2 == 1), id * 16 + n);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("host.one_shot.fp32") {
+  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, in one part") {
+    all_reduce_cases<float>(false, 1);
+  }
+  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, split in three parts") {
+    all_reduce_cases<float>(true, 2);
+  }
+  TEST_CASE("all-gather concatenates the inputs in rank order, exactly, on every rank") { all_gather_cases<float>(3); }
+}
+
+TEST_SUITE("host.one_shot.fp16") {
+  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, in one part") {
+    all_reduce_cases<__half>(false, 4);
+  }
+  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, split in three parts") {
+    all_reduce_cases<__half>(true, 5);
+  }
+  TEST_CASE("all-gather concatenates the inputs in rank order, exactly, on every rank") { all_gather_cases<__half>(6); }
+}
+
+TEST_SUITE("host.one_shot.bf16") {
+  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, in one part") {
+    all_reduce_cases<__nv_bfloat16>(false, 7);
+  }
+  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, split in three parts") {
+    all_reduce_cases<__nv_bfloat16>(true, 8);
+  }
+  TEST_CASE("all-gather concatenates the inputs in rank order, exactly, on every rank") {
+    all_gather_cases<__nv_bfloat16>(9);
+  }
+}
+
+TEST_SUITE("host.one_shot.ranks") {
+  TEST_CASE("a single rank copies its input for all-reduce and all-gather") {
+    check_all_reduce_against_reference<one_shot, float>(1, reference_options(true), 10);
+    check_all_gather<float>(1, reference_options(false), 11);
+  }
+  TEST_CASE("sixteen ranks, the most a communicator holds, agree with the reference") {
+    options o = reference_options(true);
+    o.capacity_bytes = 16 * 1024;
+    check_all_reduce_against_reference<one_shot, __nv_bfloat16>(max_ranks, o, 12);
+  }
+}
