@@ -1,0 +1,248 @@
+// reduce/nvfp4.hpp — the NVFP4 codec, written once for host and device: E2M1 elements (two per byte, element 0
+// in the low nibble), one E4M3 scale per 16 consecutive elements, one FP32 global scale per tensor (or per part of
+// a wire payload, one_shot_fp4). Every conversion goes through CUDA's own cuda_fp4.h / cuda_fp8.h functions (PTX
+// cvt on sm_100f/110f/120f family builds, the headers' software emulation on sm_90 and on the host), and every
+// other float operation is a single IEEE-rounded multiply or divide (mul_rn/div_rn: no FMA contraction), so the
+// host and every GPU target produce the same bytes. docs/nvfp4.md describes the format and the choices below.
+//
+// Quantize one block of 16 values x[i] with global scale gs (finite, > 0):
+//   amax = max |x[i]|, NaN-propagating (any NaN in the block makes amax NaN)
+//   sf   = e4m3_satfinite_rn( (gs * amax) / 6 )                    scale byte; NaN stays NaN (0x7f)
+//   s    = float(sf)
+//   s == 0 or NaN:  every code = 0                                  (all-zero / underflowing / NaN block)
+//   else:           q[i] = e2m1_satfinite_rn( x[i] * (gs / s) )     |x| beyond 6*s/gs saturates to code +-6
+// Dequantize:  d = s / gs (one division per block);  x'[i] = e2m1(q[i]) * d
+//   a NaN scale byte decodes every element of its block to NaN: NaN input poisons its block (NaN propagates);
+//   +-Inf input saturates to +-6 * 448 / gs (the largest magnitude the tensor scale can express) or less.
+// Elements past `count` (count not a multiple of 16) are treated as 0 and their nibbles are written as 0.
+//
+// Scale-factor layouts for a (rows x cols) tensor, kb = ceil(cols/16) scale columns:
+//   linear           offset(m, k) = m*kb + k                                 rows*kb bytes
+//   swizzled_128x4   the cuBLASLt / CUTLASS "1D block scaling factors layout" (NVFP4 GEMM operands):
+//                    offset(m, k) = (m/128)*(kt*512) + (k/4)*512 + (m%32)*16 + ((m%128)/32)*4 + k%4,
+//                    kt = ceil(kb/4); size ceil(rows/128)*128 x kt*4 bytes (padding bytes are written as 0)
+#pragma once
+
+#include <cuda_fp4.h>
+#include <cuda_fp8.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "concepts.hpp"
+
+namespace rocenante::reduce::nvfp4 {
+
+inline constexpr int block_elems = 16;        ///< elements sharing one E4M3 scale
+inline constexpr int block_bytes = 8;         ///< packed bytes of one block's codes
+inline constexpr float e2m1_max = 6.0f;
+inline constexpr float e4m3_max = 448.0f;
+inline constexpr std::uint8_t nan_scale = 0x7f;  ///< E4M3 NaN: the scale byte of a block that held a NaN
+
+// --- exact-rounding float ops (no FMA contraction on device) -----------------------------------------------------
+
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float mul_rn(float a, float b) {
+#if ROCENANTE_DEVICE_PASS
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float add_rn(float a, float b) {
+#if ROCENANTE_DEVICE_PASS
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float div_rn(float a, float b) {
+#if ROCENANTE_DEVICE_PASS
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float sqrt_rn(float a) {
+#if ROCENANTE_DEVICE_PASS
+  return __fsqrt_rn(a);
+#else
+  return __builtin_sqrtf(a);
+#endif
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_nan(float a) { return a != a; }
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float abs_f(float a) { return a < 0.0f ? -a : (a == 0.0f ? 0.0f : a); }
+/// max that propagates NaN from either side (a plain fmaxf drops it).
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float max_nan(float a, float b) { return (is_nan(a) || a > b) ? a : b; }
+/// max that ignores NaN and +-Inf (for tensor/part scales: one Inf must not zero every other block).
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float max_finite(float a, float b) {
+  const float ab = abs_f(b);
+  return (ab <= 3.4028234663852886e38f && ab > a) ? ab : a;
+}
+
+// --- element and scale conversions (CUDA's own) ------------------------------------------------------------------
+
+/// Two floats to two E2M1 codes (round to nearest even, saturating to +-6; element `lo` in the low nibble).
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e2m1x2(float lo, float hi) {
+  return static_cast<std::uint8_t>(__nv_cvt_float2_to_fp4x2(make_float2(lo, hi), __NV_E2M1, cudaRoundNearest));
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e2m1(float x) {
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest) & 0xf);
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float e2m1_to_float(std::uint8_t code) {
+  const __half_raw h = __nv_cvt_fp4_to_halfraw(static_cast<__nv_fp4_storage_t>(code & 0xf), __NV_E2M1);
+  return __half2float(__half(h));
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e4m3(float x) {
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float e4m3_to_float(std::uint8_t code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// --- scales ------------------------------------------------------------------------------------------------------
+
+/// Global scale for a tensor whose largest finite magnitude is `amax`: the common recipe 448*6/amax, so that the
+/// largest block's scale lands on E4M3's maximum. 1 for an all-zero (or all non-finite) tensor; a result that is
+/// not a positive finite float (amax below ~1.7e-35) is clamped to the largest finite float.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float global_scale_for(float amax) {
+  if (!(amax > 0.0f) || amax > 3.4028234663852886e38f) return 1.0f;
+  const float gs = div_rn(e4m3_max * e2m1_max, amax);
+  return gs > 3.4028234663852886e38f ? 3.4028234663852886e38f : gs;
+}
+
+/// Scale byte of a block whose NaN-propagating max magnitude is `amax`.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t block_scale(float amax, float gs) {
+  return e4m3(div_rn(mul_rn(gs, amax), e2m1_max));
+}
+
+/// Encode one block of `valid` (1..16) values; values past `valid` count as 0 and get code 0.
+/// Writes 8 bytes of codes; returns the scale byte.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode_block(const float (&x)[block_elems], float gs,
+                                                                    std::uint8_t (&codes)[block_bytes],
+                                                                    int valid = block_elems) {
+  float amax = 0.0f;
+  ROCENANTE_UNROLL
+  for (int i = 0; i < block_elems; ++i)
+    if (i < valid) amax = max_nan(amax, abs_f(x[i]));
+  const std::uint8_t sf = block_scale(amax, gs);
+  const float s = e4m3_to_float(sf);
+  if (s == 0.0f || is_nan(s)) {
+    ROCENANTE_UNROLL
+    for (int j = 0; j < block_bytes; ++j) codes[j] = 0;
+    return sf;
+  }
+  const float m = div_rn(gs, s);
+  ROCENANTE_UNROLL
+  for (int j = 0; j < block_bytes; ++j) {
+    const float lo = 2 * j < valid ? mul_rn(x[2 * j], m) : 0.0f;
+    const float hi = 2 * j + 1 < valid ? mul_rn(x[2 * j + 1], m) : 0.0f;
+    std::uint8_t c = e2m1x2(lo, hi);
+    if (2 * j >= valid) c &= 0xf0;  // padding: code 0 (not -0)
+    if (2 * j + 1 >= valid) c &= 0x0f;
+    codes[j] = c;
+  }
+  return sf;
+}
+
+/// Dequantization factor of a block: float(sf) / gs.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float block_factor(std::uint8_t sf, float gs) {
+  return div_rn(e4m3_to_float(sf), gs);
+}
+
+/// Decode one block: x[i] = e2m1(q[i]) * (float(sf) / gs).
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void decode_block(const std::uint8_t (&codes)[block_bytes], std::uint8_t sf,
+                                                            float gs, float (&x)[block_elems]) {
+  const float d = block_factor(sf, gs);
+  ROCENANTE_UNROLL
+  for (int j = 0; j < block_bytes; ++j) {
+    x[2 * j] = mul_rn(e2m1_to_float(codes[j] & 0xf), d);
+    x[2 * j + 1] = mul_rn(e2m1_to_float(codes[j] >> 4), d);
+  }
+}
+
+// --- scale-factor layouts ----------------------------------------------------------------------------------------
+
+enum class sf_layout : std::uint8_t { linear = 0, swizzled_128x4 = 1 };
+
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t scale_cols(std::uint64_t cols) { return (cols + block_elems - 1) / block_elems; }
+
+/// Byte offset of the scale of (row m, scale column k) in a tensor of `rows` x `cols` elements.
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t sf_offset(sf_layout l, std::uint64_t m, std::uint64_t k, std::uint64_t cols) {
+  const std::uint64_t kb = scale_cols(cols);
+  if (l == sf_layout::linear) return m * kb + k;
+  const std::uint64_t kt = (kb + 3) / 4;
+  return (m / 128) * (kt * 512) + (k / 4) * 512 + (m % 32) * 16 + ((m % 128) / 32) * 4 + (k % 4);
+}
+
+/// Bytes of the scale-factor array (padding included).
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t sf_bytes(sf_layout l, std::uint64_t rows, std::uint64_t cols) {
+  const std::uint64_t kb = scale_cols(cols);
+  if (l == sf_layout::linear) return rows * kb;
+  return (rows + 127) / 128 * 128 * ((kb + 3) / 4 * 4);
+}
+
+static_assert(sf_offset(sf_layout::swizzled_128x4, 0, 0, 64) == 0);
+static_assert(sf_offset(sf_layout::swizzled_128x4, 1, 0, 64) == 16);
+static_assert(sf_offset(sf_layout::swizzled_128x4, 32, 0, 64) == 4);
+static_assert(sf_offset(sf_layout::swizzled_128x4, 0, 4, 128) == 512);
+static_assert(sf_offset(sf_layout::swizzled_128x4, 128, 0, 128) == 1024);
+static_assert(sf_bytes(sf_layout::swizzled_128x4, 1, 16) == 512);
+
+// --- 1-D tensors -------------------------------------------------------------------------------------------------
+
+/// Bytes of packed codes for `count` elements: two per byte, the last byte's high nibble 0 when count is odd.
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t data_bytes(std::uint64_t count) { return (count + 1) / 2; }
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t blocks(std::uint64_t count) { return (count + block_elems - 1) / block_elems; }
+
+/// An element of a user buffer as float (fp32, fp16 and bf16 inputs; exact).
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float to_float(float v) { return v; }
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float to_float(__half v) { return __half2float(v); }
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/// Quantize block b of x[0..count) into data (packed codes, data_bytes(count)) and scales[b] (linear). One thread.
+template <class T>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void quantize_block(const T* x, std::uint64_t count, std::uint64_t b, float gs,
+                                                              std::uint8_t* data, std::uint8_t* scales) {
+  const std::uint64_t first = b * block_elems;
+  const int valid = count - first >= static_cast<std::uint64_t>(block_elems) ? block_elems : static_cast<int>(count - first);
+  float v[block_elems];
+  ROCENANTE_UNROLL
+  for (int i = 0; i < block_elems; ++i) v[i] = i < valid ? to_float(x[first + i]) : 0.0f;
+  std::uint8_t c[block_bytes];
+  scales[b] = encode_block(v, gs, c, valid);
+  const int nbytes = (valid + 1) / 2;
+  for (int j = 0; j < nbytes; ++j) data[b * block_bytes + j] = c[j];
+}
+
+/// Dequantize block b into out[0..count) as float. One thread.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void dequantize_block(const std::uint8_t* data, const std::uint8_t* scales,
+                                                                std::uint64_t count, std::uint64_t b, float gs, float* out) {
+  const std::uint64_t first = b * block_elems;
+  const int valid = count - first >= static_cast<std::uint64_t>(block_elems) ? block_elems : static_cast<int>(count - first);
+  std::uint8_t c[block_bytes] = {};
+  for (int j = 0; j < (valid + 1) / 2; ++j) c[j] = data[b * block_bytes + j];
+  float v[block_elems];
+  decode_block(c, scales[b], gs, v);
+  for (int i = 0; i < valid; ++i) out[first + i] = v[i];
+}
+
+/// Whole-tensor helpers for the host (and single-threaded device use): quantize / dequantize x[0..count).
+template <class T>
+inline void quantize(const T* x, std::uint64_t count, float gs, std::uint8_t* data, std::uint8_t* scales) {
+  for (std::uint64_t b = 0; b < blocks(count); ++b) quantize_block(x, count, b, gs, data, scales);
+}
+inline void dequantize(const std::uint8_t* data, const std::uint8_t* scales, std::uint64_t count, float gs, float* out) {
+  for (std::uint64_t b = 0; b < blocks(count); ++b) dequantize_block(data, scales, count, b, gs, out);
+}
+
+/// Largest finite magnitude of x[0..count) (NaN and +-Inf ignored).
+template <class T>
+inline float amax_finite(const T* x, std::uint64_t count) {
+  float a = 0.0f;
+  for (std::uint64_t i = 0; i < count; ++i) a = max_finite(a, to_float(x[i]));
+  return a;
+}
+
+}  // namespace rocenante::reduce::nvfp4
