@@ -1,29 +1,33 @@
 // rocenante-perf — nccl-tests-style sweep of RoCEnante's collectives: one row per (size, type, algorithm),
-// with nccl-tests' columns (size count type redop time algbw busbw #wrong) plus the algorithm, and an optional
-// JSON receipt holding every raw sample.
+// with nccl-tests' columns (size count type redop time algbw busbw #wrong) plus the algorithm, NCCL's rows beside
+// the library's where NCCL can run, and an optional JSON receipt holding every raw sample.
 //
 //   rocenante-perf -b 16 -e 1M -f 4 -d all --algo all --ranks 4            (what `tools/quickstart perf` runs)
-//   rocenante-perf --collective all_gather -b 1K -e 256K -J receipt.json
+//   rocenante-perf --transport cuda_loopback -b 8 -e 64M -f 2 --ranks 4 -G 10 -J receipt.json
 //
-// Backends: `--transport` picks one from `backends()` below. Today there is one, `loopback`: ranks are threads of
-// this process running the host executor (host::communicator) over the in-process loopback transport. Its
-// times are CPU times of CPU threads — they measure the protocol's overheads, not a GPU, NVLink or RoCE, and are
-// not a performance figure. A GPU transport is a new entry in backends() that runs `run_rank` on its own
-// communicator type; nothing else here changes.
+// Backends (--transport):
+//   host           CPU host executor (host::communicator over the in-process loopback transport); ranks are CPU
+//                  threads. Its times are CPU times of CPU threads, not a GPU, NVLink or RoCE figure. Alias: loopback.
+//   cuda_loopback  gpu::communicator<cuda_loopback>: fused kernels, ranks as threads of this process, each rank on
+//   cuda_proxy     its own stream (several ranks may share a GPU); cuda_proxy: cuda_loopback_proxy (host-mapped
+//                  windows, a CPU proxy thread per rank moves the bytes). GPU path: perf/gpu.cu (built with nvcc).
+// Default: cuda_loopback when this build has the GPU path and a GPU is present, else host.
 //
-// Measurement, per row: `-w` untimed iterations, then `-n` timed ones. Before each timed iteration every rank
-// enters a bootstrap barrier, then times its own call with steady_clock. The row's sample for iteration i is the
-// slowest rank's time for i; `time` is the median of those samples (p99 by nearest rank goes to the JSON).
-// algbw = size/time; busbw = algbw * 2(n-1)/n for all-reduce, * (n-1)/n for all-gather (nccl-tests' formulas;
-// for all-gather `size` is the gathered output, n * count * sizeof(type), as in nccl-tests).
+// Measurement, host backend: `-w` untimed iterations, then `-n` timed ones; before each timed iteration every rank
+// enters a bootstrap barrier, then times its own call with steady_clock. GPU backends: see perf/gpu.cu (CUDA
+// events per rank; -G N captures the -n iterations in one CUDA graph per rank and launches it N times, as in
+// nccl-tests). A row's sample is the slowest rank's; `time` is the median of the samples (p99 by nearest rank and
+// the raw samples go to the JSON receipt). algbw = size/time; busbw = algbw * 2(n-1)/n for all-reduce,
+// * (n-1)/n for all-gather (nccl-tests' formulas; for all-gather `size` is the gathered output).
 //
 // Check (-c 1): rank r's element i is a small integer in [-4, 4] drawn from a hash of (seed, r, i), exactly
 // representable in every type, so every sum of up to 16 ranks is exact and the right answer has exactly one
-// encoding. After the timed loop the output is filled with NaN bytes, one more collective runs, and every rank
-// compares its output bytes with the expected bytes; an element counts once in #wrong when it differs on any
+// encoding. After the timed loop the output is filled with NaN bytes, one more collective runs, and every rank's
+// output bytes are compared with the expected bytes; an element counts once in #wrong when it differs on any
 // rank (which also counts every element where ranks' bytes differ from each other).
 //
-// Exit status: 0 when every row ran with status ok and #wrong is 0 everywhere; 1 otherwise; 2 for bad usage.
+// Exit status: 0 when every row ran with status ok and #wrong is 0 everywhere; 1 otherwise; 2 for bad usage;
+// 77 when a GPU transport was asked for and there is no GPU (or no GPU path in this build).
 #include <getopt.h>
 #include <unistd.h>
 
@@ -42,6 +46,8 @@
 
 #include <rocenante/rocenante.hpp>
 
+#include "perf/perf.hpp"
+
 #ifndef ROCENANTE_SOURCE_DIR
 #define ROCENANTE_SOURCE_DIR "."
 #endif
@@ -49,44 +55,7 @@
 namespace {
 
 using namespace rocenante;
-using algorithm::algo;
-
-enum class collective_kind { all_reduce, all_gather };
-
-const char* to_string(collective_kind c) { return c == collective_kind::all_reduce ? "all_reduce" : "all_gather"; }
-const char* algo_name(algo a) { return a == algo::ring ? algorithm::ring::name : algorithm::one_shot::name; }
-
-struct config {
-  std::uint64_t min_bytes = 16;
-  std::uint64_t max_bytes = std::uint64_t{1} << 20;
-  std::uint64_t step_bytes = 0;  // -i: linear steps; 0 = use the factor
-  double step_factor = 4.0;
-  int iters = 20;
-  int warmup = 5;
-  bool check = true;
-  std::vector<dtype> dtypes = {dtype::f32, dtype::f16, dtype::bf16};
-  std::vector<algo> algos = {algo::one_shot, algo::ring};
-  collective_kind coll = collective_kind::all_reduce;
-  int ranks = 4;
-  std::string transport = "loopback";
-  std::string json_path;
-  double timeout_s = 10.0;
-  int corrupt_rank = -1;  // --self-test-corrupt R: flip one output bit on rank R before the check (tests the checker)
-};
-
-/// One row of the table; complete on rank 0 (the rank that prints), partial elsewhere.
-struct row {
-  std::uint64_t bytes = 0;  // the size column: all-reduce input, or all-gather output (n * count * sizeof)
-  std::uint64_t count = 0;  // elements per rank's input
-  dtype type = dtype::f32;
-  algo algorithm = algo::one_shot;
-  std::vector<double> samples_us;  // per iteration, slowest rank
-  double median_us = 0, p99_us = 0, algbw = 0, busbw = 0;
-  std::uint64_t wrong = 0;
-  status state = status::ok;
-  int failed_rank = -1;
-  std::string error;
-};
+using namespace rocenante::perf;
 
 // ---- command line ---------------------------------------------------------------------------------------
 
@@ -109,13 +78,21 @@ void print_help() {
       "  -o, --op OP               sum (the only reduction today)\n"
       "  -J, --json FILE           write a JSON receipt with every raw sample\n"
       "  -T, --timeout SECONDS     bound on every wait for a peer (default 10)\n"
-      "      --algo A              one_shot|ring|all, or a comma list (default all)\n"
+      "  -G, --cudagraph N         GPU: capture the -n iterations of a row in one CUDA graph per rank and launch\n"
+      "                            it N times (nccl-tests' meaning); a sample is one launch / -n (default 0: eager)\n"
+      "      --algo A              one_shot|ring|auto|all, or a comma list (default all); auto is the library's\n"
+      "                            default choice, one_shot today (no size-based selection exists yet)\n"
       "      --collective C        all_reduce|all_gather (default all_reduce)\n"
       "      --ranks N             in-process ranks, 1..%d (default 4)\n"
-      "      --transport T         backend: loopback (default: CPU host executor, ranks as threads)\n"
+      "      --transport T         host | cuda_loopback | cuda_proxy (default: cuda_loopback when a GPU is present\n"
+      "                            and this build has the GPU path, else host); `loopback` = host\n"
+      "      --devices N           GPU: spread ranks round-robin over the first N GPUs (default: min(ranks, GPUs))\n"
+      "      --max-parts N         GPU: CTAs per collective per rank (default: gpu::default_options(), 16)\n"
+      "      --nccl, --no-nccl     GPU: run NCCL beside the library (default: wherever it can run, i.e. one rank\n"
+      "                            per GPU and libnccl.so.2 loadable; --nccl makes its absence an error)\n"
       "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
       "  -h, --help\n"
-      "Times from the loopback transport are CPU times of the host executor, not a performance figure.\n",
+      "Times from the host transport are CPU times of the host executor, not a performance figure.\n",
       max_ranks);
 }
 
@@ -169,19 +146,25 @@ std::vector<dtype> parse_dtypes(const std::string& s) {
   return out;
 }
 
-std::vector<algo> parse_algos(const std::string& s) {
+std::vector<algo> parse_algos(const std::string& s, bool* automatic) {
+  *automatic = false;
   if (s == "all") return {algo::one_shot, algo::ring};
   std::vector<algo> out;
+  auto add = [&](algo a) {
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  };
   for (const auto& t : split_commas(s)) {
-    if (t == "one_shot") out.push_back(algo::one_shot);
-    else if (t == "ring") out.push_back(algo::ring);
-    else usage_error("unknown algorithm '" + t + "': use one_shot, ring or all");
+    if (t == "one_shot") add(algo::one_shot);
+    else if (t == "ring") add(algo::ring);
+    else if (t == "auto") { add(algo::one_shot); *automatic = true; }
+    else usage_error("unknown algorithm '" + t + "': use one_shot, ring, auto or all");
   }
   return out;
 }
 
 config parse_args(int argc, char** argv) {
-  enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt };
+  enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt, opt_nccl, opt_no_nccl, opt_devices,
+         opt_parts };
   static const option long_opts[] = {
       {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
@@ -192,10 +175,13 @@ config parse_args(int argc, char** argv) {
       {"ranks", required_argument, nullptr, opt_ranks}, {"collective", required_argument, nullptr, opt_collective},
       {"transport", required_argument, nullptr, opt_transport}, {"help", no_argument, nullptr, 'h'},
       {"self-test-corrupt", required_argument, nullptr, opt_corrupt},
+      {"cudagraph", required_argument, nullptr, 'G'},  {"nccl", no_argument, nullptr, opt_nccl},
+      {"no-nccl", no_argument, nullptr, opt_no_nccl},   {"devices", required_argument, nullptr, opt_devices},
+      {"max-parts", required_argument, nullptr, opt_parts},
       {nullptr, 0, nullptr, 0}};
   config c;
   int ch;
-  while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:J:T:h", long_opts, nullptr)) != -1) {
+  while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:J:T:G:h", long_opts, nullptr)) != -1) {
     switch (ch) {
       case 'b': c.min_bytes = parse_size(optarg); break;
       case 'e': c.max_bytes = parse_size(optarg); break;
@@ -222,14 +208,28 @@ config parse_args(int argc, char** argv) {
         if (end == optarg || *end != '\0' || !(c.timeout_s > 0)) usage_error("timeout must be a positive number of seconds");
         break;
       }
-      case opt_algo: c.algos = parse_algos(optarg); break;
+      case opt_algo: c.algos = parse_algos(optarg, &c.algo_auto); break;
+      case 'G': c.graph_launches = static_cast<int>(parse_int(optarg, "cudagraph", 0, 100000000)); break;
+      case opt_nccl: c.nccl = nccl_mode::on; break;
+      case opt_no_nccl: c.nccl = nccl_mode::off; break;
+      case opt_devices: c.devices = static_cast<int>(parse_int(optarg, "devices", 1, max_ranks)); break;
+      case opt_parts: c.max_parts = static_cast<int>(parse_int(optarg, "max-parts", 1, 1024)); break;
       case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); break;
       case opt_collective:
         if (std::strcmp(optarg, "all_reduce") == 0) c.coll = collective_kind::all_reduce;
         else if (std::strcmp(optarg, "all_gather") == 0) c.coll = collective_kind::all_gather;
         else usage_error(std::string("unknown collective '") + optarg + "': use all_reduce or all_gather");
         break;
-      case opt_transport: c.transport = optarg; break;
+      case opt_transport: {
+        const std::string t = optarg;
+        c.transport_given = true;
+        c.transport_arg = t;
+        if (t == "host" || t == "loopback") c.backend = backend_kind::host;
+        else if (t == "cuda_loopback" || t == "gpu") c.backend = backend_kind::cuda_loopback;
+        else if (t == "cuda_proxy" || t == "cuda_loopback_proxy") c.backend = backend_kind::cuda_proxy;
+        else usage_error("unknown transport '" + t + "': use host, cuda_loopback or cuda_proxy (ibverbs is planned)");
+        break;
+      }
       case opt_corrupt: c.corrupt_rank = static_cast<int>(parse_int(optarg, "rank", 0, max_ranks - 1)); break;
       case 'h': print_help(); std::exit(0);
       default: usage_error("unknown option");
@@ -238,6 +238,7 @@ config parse_args(int argc, char** argv) {
   if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
   if (c.min_bytes == 0) c.min_bytes = 1;
   if (c.max_bytes < c.min_bytes) usage_error("maxbytes is below minbytes");
+  if (c.transport_given && c.backend == backend_kind::host && c.graph_launches > 0) usage_error("-G needs a GPU transport");
   if (c.coll == collective_kind::all_gather) {
     std::vector<algo> kept;
     for (algo a : c.algos)
@@ -246,33 +247,6 @@ config parse_args(int argc, char** argv) {
     c.algos = kept;
   }
   return c;
-}
-
-std::vector<std::uint64_t> sweep_sizes(const config& c) {
-  std::vector<std::uint64_t> sizes;
-  for (std::uint64_t s = c.min_bytes; s <= c.max_bytes;) {
-    sizes.push_back(s);
-    const std::uint64_t next =
-        c.step_bytes ? s + c.step_bytes : static_cast<std::uint64_t>(std::floor(static_cast<double>(s) * c.step_factor));
-    s = std::max(next, s + 1);
-  }
-  return sizes;
-}
-
-// ---- data and checking ----------------------------------------------------------------------------------
-
-/// Small integer in [-4, 4] for (seed, rank, index): exact in fp32, fp16 and bf16, and so is any sum of 16.
-int input_value(std::uint64_t seed, int rank, std::uint64_t i) {
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(rank) << 48) ^ i;
-  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27; x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return static_cast<int>(x % 9) - 4;
-}
-
-template <class T>
-T from_int(int v) {
-  return reduce::sum<T>::from_accum(static_cast<float>(v));
 }
 
 // ---- one row ----------------------------------------------------------------------------------------------
@@ -288,10 +262,8 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
   const int n = boot.size(), me = boot.rank();
   const bool gather = cfg.coll == collective_kind::all_gather;
   row out_row;
-  out_row.type = reduce::sum<T>::dtype_id;
+  shape_row<T>(out_row, cfg.coll, n, size);
   out_row.algorithm = A::id;
-  out_row.count = gather ? size / (sizeof(T) * n) : size / sizeof(T);
-  out_row.bytes = out_row.count * sizeof(T) * (gather ? n : 1);
   const std::uint64_t count = out_row.count, out_count = gather ? count * n : count;
 
   std::vector<T> in(count), out(out_count);
@@ -373,47 +345,11 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
     }
   }
 
-  out_row.samples_us.resize(static_cast<std::size_t>(cfg.iters));
-  for (int it = 0; it < cfg.iters; ++it) {
-    double slowest = 0;
-    for (int q = 0; q < n; ++q) slowest = std::max(slowest, all[static_cast<std::size_t>(q) * cfg.iters + it]);
-    out_row.samples_us[it] = slowest;
-  }
-  std::vector<double> sorted = out_row.samples_us;
-  std::sort(sorted.begin(), sorted.end());
-  const std::size_t k = sorted.size();
-  out_row.median_us = k % 2 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
-  out_row.p99_us = sorted[static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(k))) - 1];
-  if (out_row.median_us > 0) {
-    out_row.algbw = static_cast<double>(out_row.bytes) / out_row.median_us / 1e3;  // bytes/us/1e3 = GB/s
-    const double factor = gather ? double(n - 1) / n : 2.0 * double(n - 1) / n;
-    out_row.busbw = out_row.algbw * factor;
-  }
+  finish_row(out_row, all, n, cfg.iters, cfg.coll);
   return out_row;
 }
 
 // ---- the sweep, generic over transport and bootstrap -----------------------------------------------------
-
-void print_row(const row& r, collective_kind c) {
-  char wrong[32];
-  if (r.state != status::ok) std::snprintf(wrong, sizeof wrong, "%s", to_string(r.state));
-  else std::snprintf(wrong, sizeof wrong, "%llu", static_cast<unsigned long long>(r.wrong));
-  std::printf("%12llu  %12llu  %8s  %6s  %9s  %10.2f  %11.3f  %11.3f  %6s\n", static_cast<unsigned long long>(r.bytes),
-              static_cast<unsigned long long>(r.count), to_string(r.type),
-              c == collective_kind::all_reduce ? "sum" : "none", algo_name(r.algorithm), r.median_us, r.algbw, r.busbw,
-              wrong);
-  if (r.state != status::ok)  // the library's message names the rank
-    std::printf("# %s\n", r.error.empty() ? ("rank " + std::to_string(r.failed_rank) + ": no message").c_str()
-                                           : r.error.c_str());
-  std::fflush(stdout);
-}
-
-/// Capacity the communicator needs for this sweep: the largest input of one rank.
-std::uint64_t capacity_for(const config& c) {
-  const std::uint64_t per_rank =
-      c.coll == collective_kind::all_gather ? (c.max_bytes + c.ranks - 1) / c.ranks : c.max_bytes;
-  return std::max<std::uint64_t>(per_rank, packet_bytes);
-}
 
 /// One rank's whole sweep. Every rank calls with the same arguments; rank 0 prints and fills `rows`.
 template <class Transport, class Boot>
@@ -448,25 +384,12 @@ void run_rank(Boot& boot, const config& cfg, std::vector<row>& rows) {
   }
 }
 
-// ---- backends -----------------------------------------------------------------------------------------------
+// ---- the host backend --------------------------------------------------------------------------------------
 
-struct backend {
-  const char* name;
-  const char* description;  // for the header
-  std::function<void(const config&, std::vector<row>&)> run;
-};
-
-std::vector<backend> backends() {
-  return {
-      {"loopback", "CPU host executor; ranks are threads of this process",
-       [](const config& cfg, std::vector<row>& rows) {
-         const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(60.0, 6 * cfg.timeout_s) * 1e3));
-         host::spawn_ranks(
-             cfg.ranks, [&](bootstrap::in_process& boot) { run_rank<transport::loopback>(boot, cfg, rows); },
-             boot_timeout);
-       }},
-      // Planned: GPU loopback (CUDA IPC / NVLink), ibverbs (RoCE), nccl. Each is one entry here.
-  };
+void run_host(const config& cfg, std::vector<row>& rows) {
+  const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(60.0, 6 * cfg.timeout_s) * 1e3));
+  host::spawn_ranks(
+      cfg.ranks, [&](bootstrap::in_process& boot) { run_rank<transport::loopback>(boot, cfg, rows); }, boot_timeout);
 }
 
 // ---- provenance and the JSON receipt -------------------------------------------------------------------------
@@ -537,7 +460,7 @@ std::string json_number(double v) {
 }
 
 bool write_json(const std::string& path, int argc, char** argv, const config& cfg, const provenance& p,
-                const std::vector<row>& rows, bool passed) {
+                const run_facts& facts, const std::vector<row>& rows, bool passed) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return false;
   std::string cmd;
@@ -545,6 +468,7 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
     if (i) cmd += ' ';
     cmd += shell_quote(argv[i]);
   }
+  const bool on_host = cfg.backend == backend_kind::host;
   std::fprintf(f, "{\n  \"tool\": \"rocenante-perf\",\n  \"version\": \"%d.%d.%d\",\n", ROCENANTE_VERSION_MAJOR,
                ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH);
   std::fprintf(f, "  \"command_line\": %s,\n  \"argv\": [", json_string(cmd).c_str());
@@ -552,29 +476,55 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
   std::fprintf(f, "],\n  \"git_commit\": %s,\n  \"git_dirty\": %s,\n", json_string(p.commit).c_str(),
                p.dirty == "unknown" ? "\"unknown\"" : p.dirty.c_str());
   std::fprintf(f, "  \"date\": %s,\n  \"host\": %s,\n  \"transport\": %s,\n  \"ranks\": %d,\n",
-               json_string(p.date).c_str(), json_string(p.host).c_str(), json_string(cfg.transport).c_str(), cfg.ranks);
+               json_string(p.date).c_str(), json_string(p.host).c_str(), json_string(to_string(cfg.backend)).c_str(),
+               cfg.ranks);
   std::fprintf(f, "  \"collective\": \"%s\",\n  \"op\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n",
                to_string(cfg.coll), cfg.coll == collective_kind::all_reduce ? "sum" : "none", cfg.iters, cfg.warmup);
-  std::fprintf(f, "  \"check\": %s,\n  \"capacity_bytes\": %llu,\n  \"time\": \"%s\",\n", cfg.check ? "true" : "false",
+  std::fprintf(f, "  \"graph_launches\": %d,\n  \"mode\": \"%s\",\n  \"algo_auto\": %s,\n", cfg.graph_launches,
+               cfg.graph_launches > 0 ? "graph" : "eager", cfg.algo_auto ? "true" : "false");
+  std::fprintf(f, "  \"check\": %s,\n  \"capacity_bytes\": %llu,\n  \"time\": %s,\n", cfg.check ? "true" : "false",
                static_cast<unsigned long long>(capacity_for(cfg)),
-               "per iteration: the slowest rank's steady_clock time of one call, after a barrier; median and p99 "
-               "(nearest rank) over iterations");
-  std::fprintf(f, "  \"note\": \"%s\",\n", cfg.transport == "loopback"
-                                                ? "CPU host executor over the in-process loopback transport: not a "
-                                                  "performance figure"
-                                                : "");
-  std::fprintf(f, "  \"passed\": %s,\n  \"rows\": [", passed ? "true" : "false");
+               json_string(on_host ? "per iteration: the slowest rank's steady_clock time of one call, after a "
+                                     "barrier; median and p99 (nearest rank) over iterations"
+                                   : facts.time_method)
+                   .c_str());
+  std::fprintf(f, "  \"note\": %s,\n",
+               json_string(on_host ? "CPU host executor over the in-process loopback transport: not a performance figure"
+                                   : "GPU executor; ranks are threads of this process, each on its own stream")
+                   .c_str());
+  std::fprintf(f, "  \"nccl\": %s,\n  \"cuda_runtime\": %s,\n  \"driver\": %s,\n  \"rank_device\": [",
+               json_string(facts.nccl_state).c_str(), json_string(facts.cuda_runtime).c_str(),
+               json_string(facts.driver).c_str());
+  for (std::size_t i = 0; i < facts.rank_device.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", facts.rank_device[i]);
+  std::fprintf(f, "],\n  \"gpus\": [");
+  for (std::size_t i = 0; i < facts.gpus.size(); ++i) {
+    const gpu_facts& g = facts.gpus[i];
+    std::fprintf(f, "%s\n    {\"index\": %d, \"name\": %s, \"uuid\": %s, \"pci_bus_id\": %s, \"sm\": \"%d%d\", \"sms\": %d, ",
+                 i ? "," : "", g.index, json_string(g.name).c_str(), json_string(g.uuid).c_str(),
+                 json_string(g.pci_bus_id).c_str(), g.sm_major, g.sm_minor, g.sms);
+    auto mhz = [](int v) { return v < 0 ? std::string("null") : std::to_string(v); };
+    std::fprintf(f, "\"clocks_MHz\": {\"sm\": %s, \"mem\": %s, \"sm_max\": %s, \"mem_max\": %s, \"source\": %s}}",
+                 mhz(g.sm_clock_mhz).c_str(), mhz(g.mem_clock_mhz).c_str(), mhz(g.sm_clock_max_mhz).c_str(),
+                 mhz(g.mem_clock_max_mhz).c_str(), json_string(g.clocks_source).c_str());
+  }
+  std::fprintf(f, "%s],\n  \"notes\": [", facts.gpus.empty() ? "" : "\n  ");
+  for (std::size_t i = 0; i < facts.notes.size(); ++i)
+    std::fprintf(f, "%s%s", i ? ", " : "", json_string(facts.notes[i]).c_str());
+  std::fprintf(f, "],\n  \"passed\": %s,\n  \"rows\": [", passed ? "true" : "false");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
-    std::fprintf(f, "%s\n    {\"size\": %llu, \"count\": %llu, \"type\": \"%s\", \"algorithm\": \"%s\", ",
-                 i ? "," : "", static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count),
-                 to_string(r.type), algo_name(r.algorithm));
+    std::fprintf(f, "%s\n    {\"impl\": \"%s\", \"size\": %llu, \"count\": %llu, \"type\": \"%s\", \"algorithm\": \"%s\", ",
+                 i ? "," : "", r.impl.c_str(), static_cast<unsigned long long>(r.bytes),
+                 static_cast<unsigned long long>(r.count), to_string(r.type), r.label().c_str());
+    std::fprintf(f, "\"graph\": %s, \"collectives_per_sample\": %d, ", r.graph ? "true" : "false", r.iters_per_sample);
     std::fprintf(f, "\"status\": \"%s\", \"error\": %s,\n     \"samples_us\": [", to_string(r.state),
                  json_string(r.error).c_str());
     for (std::size_t s = 0; s < r.samples_us.size(); ++s)
       std::fprintf(f, "%s%s", s ? ", " : "", json_number(r.samples_us[s]).c_str());
-    std::fprintf(f, "],\n     \"median_us\": %s, \"p99_us\": %s, \"algbw_GBps\": %s, \"busbw_GBps\": %s, \"wrong\": %llu}",
-                 json_number(r.median_us).c_str(), json_number(r.p99_us).c_str(), json_number(r.algbw).c_str(),
+    std::fprintf(f, "],\n     \"median_us\": %s, \"p99_us\": %s, \"loop_us\": %s, \"algbw_GBps\": %s, \"busbw_GBps\": %s, "
+                 "\"wrong\": %llu}",
+                 json_number(r.median_us).c_str(), json_number(r.p99_us).c_str(),
+                 r.loop_us > 0 ? json_number(r.loop_us).c_str() : "null", json_number(r.algbw).c_str(),
                  json_number(r.busbw).c_str(), static_cast<unsigned long long>(r.wrong));
   }
   std::fprintf(f, "\n  ]\n}\n");
@@ -583,21 +533,53 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
 
 }  // namespace
 
+namespace rocenante::perf {
+
+void print_row(const row& r, collective_kind c) {
+  char wrong[32];
+  if (r.state != status::ok) std::snprintf(wrong, sizeof wrong, "%s", to_string(r.state));
+  else std::snprintf(wrong, sizeof wrong, "%llu", static_cast<unsigned long long>(r.wrong));
+  std::printf("%12llu  %12llu  %8s  %6s  %9s  %10.2f  %11.3f  %11.3f  %6s\n", static_cast<unsigned long long>(r.bytes),
+              static_cast<unsigned long long>(r.count), to_string(r.type),
+              c == collective_kind::all_reduce ? "sum" : "none", r.label().c_str(), r.median_us, r.algbw, r.busbw,
+              wrong);
+  if (r.state != status::ok)  // the library's message names the rank
+    std::printf("# %s\n", r.error.empty() ? ("rank " + std::to_string(r.failed_rank) + ": no message").c_str()
+                                           : r.error.c_str());
+  std::fflush(stdout);
+}
+
+void print_columns() {
+  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "size", "count", "type", "redop", "algorithm",
+              "time", "algbw", "busbw", "#wrong");
+  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+              "(GB/s)", "(GB/s)", "");
+  std::fflush(stdout);
+}
+
+#ifndef ROCENANTE_PERF_GPU
+// Built without nvcc: the GPU path is absent.
+int gpu_count(std::string* why) {
+  *why = "this build has no GPU path (nvcc was not found at configure time)";
+  return 0;
+}
+void run_gpu(const config&, std::vector<row>&, run_facts&) {}
+#endif
+
+}  // namespace rocenante::perf
+
 int main(int argc, char** argv) {
-  const config cfg = parse_args(argc, argv);
-  const auto all = backends();
-  const backend* be = nullptr;
-  for (const auto& b : all)
-    if (cfg.transport == b.name) be = &b;
-  if (!be) {
-    std::string names;
-    for (const auto& b : all) {
-      if (!names.empty()) names += ", ";
-      names += b.name;
-    }
-    usage_error("transport '" + cfg.transport + "' is not available in this build (available: " + names +
-                "; GPU, ibverbs and NCCL transports are planned)");
+  config cfg = parse_args(argc, argv);
+  std::string no_gpu_why;
+  if (!cfg.transport_given) {
+    // Default: the GPU when this build has the GPU path and one is present, else the host executor.
+    cfg.backend = gpu_count(&no_gpu_why) > 0 ? backend_kind::cuda_loopback : backend_kind::host;
+  } else if (cfg.backend != backend_kind::host && gpu_count(&no_gpu_why) == 0) {
+    std::printf("SKIP: --transport %s needs a GPU: %s\n", cfg.transport_arg.c_str(), no_gpu_why.c_str());
+    return 77;
   }
+  const bool on_host = cfg.backend == backend_kind::host;
+  if (on_host && cfg.graph_launches > 0) usage_error("-G needs a GPU transport (no GPU: " + no_gpu_why + ")");
 
   const provenance prov = read_provenance();
   std::string types;
@@ -610,30 +592,38 @@ int main(int argc, char** argv) {
     if (!algos.empty()) algos += ',';
     algos += algo_name(a);
   }
+  const char* description = on_host ? "CPU host executor; ranks are threads of this process"
+                            : cfg.backend == backend_kind::cuda_loopback
+                                ? "GPU executor, windows in GPU memory; ranks are threads of this process, one stream each"
+                                : "GPU executor, proxy mode: host-mapped windows, a CPU proxy thread per rank";
   std::printf("# rocenante-perf %d.%d.%d: %s, %d ranks, transport %s (%s)\n", ROCENANTE_VERSION_MAJOR,
-              ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH, to_string(cfg.coll), cfg.ranks, be->name,
-              be->description);
+              ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH, to_string(cfg.coll), cfg.ranks, to_string(cfg.backend),
+              description);
   std::printf("# commit %s%s, host %s, %s\n", prov.commit.c_str(),
               prov.dirty == "true" ? " (dirty)" : "", prov.host.c_str(),
               prov.date.c_str());
-  std::printf("# minBytes %llu maxBytes %llu step: %s warmup iters: %d iters: %d validation: %d types: %s algorithms: %s\n",
+  std::printf("# minBytes %llu maxBytes %llu step: %s warmup iters: %d iters: %d validation: %d graph: %d types: %s "
+              "algorithms: %s\n",
               static_cast<unsigned long long>(cfg.min_bytes), static_cast<unsigned long long>(cfg.max_bytes),
               cfg.step_bytes ? (std::to_string(cfg.step_bytes) + "(bytes)").c_str()
                              : (json_number(cfg.step_factor) + "(factor)").c_str(),
-              cfg.warmup, cfg.iters, cfg.check ? 1 : 0, types.c_str(), algos.c_str());
-  if (cfg.transport == "loopback")
+              cfg.warmup, cfg.iters, cfg.check ? 1 : 0, cfg.graph_launches, types.c_str(), algos.c_str());
+  if (cfg.algo_auto)
+    std::printf("# --algo auto: the library's default choice, one_shot (no size-based selection exists yet)\n");
+  if (on_host) {
     std::printf("# CPU host executor: times are CPU threads' times, not a GPU or network performance figure\n");
-  std::printf("# time: median over iterations of the slowest rank's time (p99 and raw samples: -J FILE)\n#\n");
-  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "size", "count", "type", "redop", "algorithm",
-              "time", "algbw", "busbw", "#wrong");
-  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-              "(GB/s)", "(GB/s)", "");
+    std::printf("# time: median over iterations of the slowest rank's time (p99 and raw samples: -J FILE)\n#\n");
+  }
+  // The GPU path prints its own lines (devices, clocks, NCCL, timing method) and then the column header.
+  if (on_host) print_columns();
   std::fflush(stdout);
 
   std::vector<row> rows;
+  run_facts facts;
   bool crashed = false;
   try {
-    be->run(cfg, rows);
+    if (on_host) run_host(cfg, rows);
+    else run_gpu(cfg, rows, facts);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "rocenante-perf: %s\n", e.what());
@@ -643,20 +633,24 @@ int main(int argc, char** argv) {
   std::uint64_t wrong = 0;
   bool all_ok = !crashed;
   double busbw_sum = 0;
+  int busbw_rows = 0;
   for (const row& r : rows) {
     wrong += r.wrong;
-    busbw_sum += r.busbw;
+    if (r.impl == "rocenante") {
+      busbw_sum += r.busbw;
+      ++busbw_rows;
+    }
     if (r.state != status::ok) all_ok = false;
   }
   const bool passed = all_ok && wrong == 0;
   std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), passed ? "OK" : "FAILED");
-  std::printf("# Avg bus bandwidth    : %.4g%s\n", rows.empty() ? 0.0 : busbw_sum / static_cast<double>(rows.size()),
-              cfg.transport == "loopback" ? "  (CPU host executor: not a performance figure)" : "");
+  std::printf("# Avg bus bandwidth    : %.4g%s\n", busbw_rows == 0 ? 0.0 : busbw_sum / busbw_rows,
+              on_host ? "  (CPU host executor: not a performance figure)" : "  (library rows only)");
   std::printf("#\n");
   std::fflush(stdout);
 
   if (!cfg.json_path.empty()) {
-    if (!write_json(cfg.json_path, argc, argv, cfg, prov, rows, passed)) {
+    if (!write_json(cfg.json_path, argc, argv, cfg, prov, facts, rows, passed)) {
       std::fprintf(stderr, "rocenante-perf: could not write %s: %s\n", cfg.json_path.c_str(), std::strerror(errno));
       return 1;
     }

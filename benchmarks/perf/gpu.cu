@@ -1,0 +1,533 @@
+// benchmarks/perf/gpu.cu — rocenante-perf's GPU path: gpu::communicator ranks as threads of this process, each
+// rank on its own stream (several ranks may share one GPU), timed with CUDA events, eager or in CUDA graphs, and
+// NCCL's rows beside the library's where NCCL can run. Compiled only when nvcc is found (benchmarks/meson.build).
+//
+// Placement: rank r runs on GPU r mod D, D = --devices or min(ranks, visible GPUs). NCCL cannot put two ranks of
+// one communicator on one device, so its rows exist only when every rank has a GPU of its own (a world of one
+// included); otherwise the header says that NCCL was skipped and why.
+//
+// Timing, per rank, on its own stream (no host barrier inside the timed loop; ranks pace each other through the
+// collective itself):
+//   eager:   sample i = elapsed(event before launch i, event after launch i). When the host enqueues faster than
+//            the GPU runs (the usual case), the "before" event completes when collective i-1 ends on this
+//            stream, so a sample is the GPU time of one collective including the wait for its peers, not the host's
+//            launch cost.
+//   -G N:    the -n iterations are captured into one CUDA graph per rank (thread-local capture), launched once
+//            untimed, then N times; sample l = elapsed(event before launch l, event after) / n (nccl-tests' -G).
+//   A row's sample is the slowest rank's; `time` is their median. `loop_us` in the receipt is nccl-tests' own
+//   figure: host wall time from a barrier to the end of the timed loop (stream synchronized) / collectives,
+//   slowest rank.
+// Check: inputs are generated on the GPU from the same hash as the host path; after the timed loop each rank's
+// output is filled with 0xff, one more (eager) collective runs, and a kernel on rank 0's GPU compares every rank's
+// output bytes with the exact expected bytes (an element counts once if it is wrong on any rank).
+//
+// Harness rule (docs/design.md, in-process ranks sharing a GPU): between set-up and teardown no rank's thread
+// calls a device-synchronising CUDA API; buffers are allocated before the barrier that ends set-up.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <rocenante/gpu/communicator.hpp>
+#include <rocenante/host/spawn.hpp>
+
+#include "nvml.hpp"
+#include "perf.hpp"
+#if ROCENANTE_PERF_NCCL
+#include "nccl_loader.hpp"
+#endif
+
+namespace rocenante::perf {
+namespace {
+
+// ---- kernels: input pattern and check -------------------------------------------------------------------------
+
+template <class T>
+__global__ void fill_input(T* p, std::uint64_t count, std::uint64_t seed, int rank) {
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride)
+    p[i] = from_int<T>(input_value(seed, rank, i));
+}
+
+struct output_set {
+  const void* p[max_ranks];
+};
+
+template <class T>
+__device__ unsigned bits_of(T v) {
+  if constexpr (sizeof(T) == 4) {
+    unsigned u;
+    memcpy(&u, &v, 4);
+    return u;
+  } else {
+    unsigned short u;
+    memcpy(&u, &v, 2);
+    return u;
+  }
+}
+
+/// Counts elements j for which any rank's output differs bitwise from the exact expected value.
+template <class T>
+__global__ void count_wrong(output_set outs, int n, std::uint64_t count, std::uint64_t out_count, bool gather,
+                            std::uint64_t seed, unsigned long long* wrong) {
+  unsigned long long mine = 0;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t j = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < out_count; j += stride) {
+    T expect;
+    if (gather) {
+      expect = from_int<T>(input_value(seed, static_cast<int>(j / count), j % count));
+    } else {
+      int sum = 0;
+      for (int q = 0; q < n; ++q) sum += input_value(seed, q, j);
+      expect = from_int<T>(sum);
+    }
+    const unsigned want = bits_of(expect);
+    bool bad = false;
+    for (int q = 0; q < n; ++q) bad = bad || bits_of(static_cast<const T*>(outs.p[q])[j]) != want;
+    mine += bad ? 1 : 0;
+  }
+  if (mine) atomicAdd(wrong, mine);
+}
+
+__global__ void flip_bit(unsigned char* p) { *p ^= 1u; }
+
+constexpr int fill_blocks = 1024, fill_threads = 256;
+
+// ---- the world: what rank threads share --------------------------------------------------------------------
+
+struct world {
+  int n = 0;
+  std::vector<int> device;  // per rank
+  output_set outs{};
+  bool nccl = false;
+#if ROCENANTE_PERF_NCCL
+  const nccl_loader* lib = nullptr;
+  std::vector<ncclComm_t> comms;
+#endif
+};
+
+/// One rank's buffers, stream and events; allocated before the barrier that ends set-up.
+struct rank_buffers {
+  void* in = nullptr;
+  void* out = nullptr;
+  cudaStream_t stream{};
+  std::vector<cudaEvent_t> start, stop;
+  unsigned long long* wrong_dev = nullptr;
+  unsigned long long* wrong_host = nullptr;
+
+  rank_buffers(std::uint64_t in_bytes, std::uint64_t out_bytes, int events) : start(events), stop(events) {
+    ROCENANTE_CUDA_CHECK(cudaMalloc(&in, in_bytes + 64));
+    ROCENANTE_CUDA_CHECK(cudaMalloc(&out, out_bytes + 64));
+    ROCENANTE_CUDA_CHECK(cudaMemset(in, 0, in_bytes + 64));
+    ROCENANTE_CUDA_CHECK(cudaMalloc(&wrong_dev, sizeof(unsigned long long)));
+    ROCENANTE_CUDA_CHECK(cudaMallocHost(&wrong_host, sizeof(unsigned long long)));
+    ROCENANTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (int i = 0; i < events; ++i) {
+      ROCENANTE_CUDA_CHECK(cudaEventCreate(&start[i]));
+      ROCENANTE_CUDA_CHECK(cudaEventCreate(&stop[i]));
+    }
+    ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  rank_buffers(const rank_buffers&) = delete;
+  rank_buffers& operator=(const rank_buffers&) = delete;
+  ~rank_buffers() {  // after the barrier that ends the sweep: no peer kernel reads these any more
+    cudaStreamSynchronize(stream);
+    for (auto e : start) cudaEventDestroy(e);
+    for (auto e : stop) cudaEventDestroy(e);
+    cudaStreamDestroy(stream);
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(wrong_dev);
+    cudaFreeHost(wrong_host);
+  }
+};
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// One row on every rank (every rank calls with the same arguments). `call(in, out, count, stream, why)` issues
+/// one collective on this rank and returns its status; `health(why)` reports an asynchronous failure after the
+/// stream is synchronized. Statistics and #wrong are complete on rank 0.
+template <class T, class Call, class Health>
+row measure(bootstrap::in_process& boot, const config& cfg, rank_buffers& b, world& w, std::uint64_t size,
+            std::uint64_t seed, Call&& call, Health&& health) {
+  const int n = boot.size(), me = boot.rank();
+  const bool gather = cfg.coll == collective_kind::all_gather;
+  const bool graph = cfg.graph_launches > 0;
+  row r;
+  shape_row<T>(r, cfg.coll, n, size);
+  r.graph = graph;
+  r.iters_per_sample = graph ? cfg.iters : 1;
+  const std::uint64_t count = r.count, out_count = gather ? count * n : count;
+  T* in = static_cast<T*>(b.in);
+  T* out = static_cast<T*>(b.out);
+  cudaStream_t s = b.stream;
+
+  status first = status::ok;
+  std::string why;
+  auto note = [&](status st, const std::string& w_) {
+    if (st != status::ok && first == status::ok) {
+      first = st;
+      why = w_;
+    }
+  };
+  auto cuda = [&](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) note(status::internal, std::string(what) + ": " + cudaGetErrorString(e));
+    return e == cudaSuccess;
+  };
+  auto issue = [&] {
+    std::string w_;
+    const status st = call(in, out, count, s, w_);
+    note(st, w_);
+  };
+
+  fill_input<T><<<fill_blocks, fill_threads, 0, s>>>(in, count, seed, me);
+  cuda(cudaGetLastError(), "fill_input launch");
+  for (int i = 0; i < cfg.warmup; ++i) issue();
+
+  const int samples = graph ? cfg.graph_launches : cfg.iters;
+  std::vector<double> mine(static_cast<std::size_t>(samples), 0.0);
+  double loop_us = 0;
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool ok = cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    if (ok) {
+      for (int i = 0; i < cfg.iters; ++i) issue();
+      ok = cuda(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+    }
+    ok = ok && cuda(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    if (g) cudaGraphDestroy(g);
+    // A rank whose graph failed still launches nothing: its peers' waits end at the timeout and poison them.
+    if (ok) cuda(cudaGraphLaunch(exec, s), "cudaGraphLaunch (warm-up)");
+    cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    boot.barrier();
+    const double t0 = now_us();
+    for (int l = 0; ok && l < samples; ++l) {
+      cudaEventRecord(b.start[l], s);
+      cuda(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+      cudaEventRecord(b.stop[l], s);
+    }
+    cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    loop_us = (now_us() - t0) / (double(samples) * cfg.iters);
+    for (int l = 0; ok && l < samples; ++l) {
+      float ms = 0;
+      cuda(cudaEventElapsedTime(&ms, b.start[l], b.stop[l]), "cudaEventElapsedTime");
+      mine[l] = double(ms) * 1e3 / cfg.iters;
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+  } else {
+    cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    boot.barrier();
+    const double t0 = now_us();
+    for (int i = 0; i < samples; ++i) {
+      cudaEventRecord(b.start[i], s);
+      issue();
+      cudaEventRecord(b.stop[i], s);
+    }
+    cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    loop_us = (now_us() - t0) / samples;
+    for (int i = 0; i < samples; ++i) {
+      float ms = 0;
+      cuda(cudaEventElapsedTime(&ms, b.start[i], b.stop[i]), "cudaEventElapsedTime");
+      mine[i] = double(ms) * 1e3;
+    }
+  }
+
+  if (cfg.check) {
+    cuda(cudaMemsetAsync(out, 0xff, out_count * sizeof(T), s), "cudaMemsetAsync");
+    issue();
+    if (cfg.corrupt_rank == me) flip_bit<<<1, 1, 0, s>>>(reinterpret_cast<unsigned char*>(out) + out_count * sizeof(T) - 1);
+    cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+  {
+    std::string w_;
+    const status st = health(w_);
+    note(st, w_);
+  }
+  boot.barrier();  // every rank's output is final
+  if (cfg.check && me == 0) {
+    *b.wrong_host = 0;
+    cuda(cudaMemsetAsync(b.wrong_dev, 0, sizeof(unsigned long long), s), "cudaMemsetAsync");
+    count_wrong<T><<<fill_blocks, fill_threads, 0, s>>>(w.outs, n, count, out_count, gather, seed, b.wrong_dev);
+    cuda(cudaGetLastError(), "count_wrong launch");
+    cuda(cudaMemcpyAsync(b.wrong_host, b.wrong_dev, sizeof(unsigned long long), cudaMemcpyDeviceToHost, s),
+         "cudaMemcpyAsync");
+    cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    r.wrong = *b.wrong_host;
+  }
+
+  // Gather every rank's samples, loop time and first error through the bootstrap.
+  std::vector<double> all(static_cast<std::size_t>(n) * samples);
+  boot.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
+  std::vector<double> loops(static_cast<std::size_t>(n));
+  boot.all_gather(&loop_us, loops.data(), sizeof(double));
+  struct rank_status {
+    std::uint32_t state;
+    char why[492];
+  } st{static_cast<std::uint32_t>(first), {}};
+  std::snprintf(st.why, sizeof st.why, "%s", why.c_str());
+  std::vector<rank_status> statuses(static_cast<std::size_t>(n));
+  boot.all_gather(&st, statuses.data(), sizeof st);
+  for (int q = 0; q < n; ++q)  // report the root cause: a mismatch makes peers time out, so prefer it
+    if (statuses[q].state != 0 && (r.state == status::ok || (r.state != status::mismatch &&
+                                                             statuses[q].state == std::uint32_t(status::mismatch)))) {
+      r.state = static_cast<status>(statuses[q].state);
+      r.failed_rank = q;
+      r.error = statuses[q].why;
+    }
+  finish_row(r, all, n, samples, cfg.coll);
+  for (double l : loops) r.loop_us = std::max(r.loop_us, l);
+  return r;
+}
+
+// ---- one rank's sweep ---------------------------------------------------------------------------------------
+
+template <class Transport>
+void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vector<row>& rows) {
+  const int me = boot.rank(), n = boot.size();
+  ROCENANTE_CUDA_CHECK(cudaSetDevice(w.device[me]));
+  options o = gpu::default_options();
+  o.capacity_bytes = capacity_for(cfg);
+  o.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
+  if (cfg.max_parts > 0) o.max_parts = static_cast<std::uint32_t>(cfg.max_parts);
+  gpu::communicator<Transport> comm(boot, o);
+  const std::uint64_t cap = capacity_for(cfg);
+  const std::uint64_t out_bytes = cfg.coll == collective_kind::all_gather ? cap * n : cap;
+  rank_buffers b(cap, out_bytes, std::max(cfg.iters, cfg.graph_launches));
+  w.outs.p[me] = b.out;
+  boot.barrier();  // set-up ends: from here on no device-synchronising call until the last barrier
+
+  auto lib_health = [&](std::string& why) {
+    const auto h = comm.check_health();
+    if (h.ok()) return status::ok;
+    why = h.message;
+    return h.state;
+  };
+  auto no_health = [](std::string&) { return status::ok; };
+
+  const auto sizes = sweep_sizes(cfg);
+  std::uint64_t seed = 1;
+  bool stop = false;
+  for (dtype t : cfg.dtypes) {
+    for (std::uint64_t size : sizes) {
+      const std::uint64_t unit = (t == dtype::f32 ? 4 : 2) * (cfg.coll == collective_kind::all_gather ? n : 1);
+      if (size < unit) continue;  // not one element per rank at this size
+      auto run_type = [&]<class T>(T*) {
+        auto emit = [&](row r) {
+          if (me == 0) {
+            print_row(r, cfg.coll);
+            rows.push_back(r);
+          }
+          if (r.state != status::ok) stop = true;  // every rank saw the same gathered status
+        };
+        for (algo a : cfg.algos) {
+          if (stop) return;
+          ++seed;
+          auto lib_call = [&]<class A>(A) {
+            return [&](const T* in, T* out, std::uint64_t count, cudaStream_t s, std::string& why) {
+              status st;
+              if (cfg.coll == collective_kind::all_gather) {
+                if constexpr (A::supports_all_gather) st = comm.template all_gather<A>(in, out, count, s);
+                else st = status::not_supported;
+              } else {
+                st = comm.template all_reduce<A>(in, out, count, s);
+              }
+              if (st != status::ok) why = comm.last_error();
+              return st;
+            };
+          };
+          row r = a == algo::ring ? measure<T>(boot, cfg, b, w, size, seed, lib_call(algorithm::ring{}), lib_health)
+                                  : measure<T>(boot, cfg, b, w, size, seed, lib_call(algorithm::one_shot{}), lib_health);
+          r.algorithm = a;
+          emit(r);
+        }
+#if ROCENANTE_PERF_NCCL
+        if (w.nccl && !stop) {
+          ++seed;
+          auto nccl_call = [&](const T* in, T* out, std::uint64_t count, cudaStream_t s, std::string& why) {
+            const ncclResult_t e =
+                cfg.coll == collective_kind::all_gather
+                    ? w.lib->all_gather(in, out, count, nccl_type<T>(), w.comms[me], s)
+                    : w.lib->all_reduce(in, out, count, nccl_type<T>(), ncclSum, w.comms[me], s);
+            if (e == ncclSuccess) return status::ok;
+            why = std::string("NCCL rank ") + std::to_string(me) + ": " + w.lib->error_string(e);
+            return status::internal;
+          };
+          row r = measure<T>(boot, cfg, b, w, size, seed, nccl_call, no_health);
+          r.impl = "nccl";
+          emit(r);
+        }
+#endif
+      };
+      if (t == dtype::f32) run_type(static_cast<float*>(nullptr));
+      else if (t == dtype::f16) run_type(static_cast<__half*>(nullptr));
+      else run_type(static_cast<__nv_bfloat16*>(nullptr));
+      if (stop) break;
+    }
+    if (stop) break;
+  }
+  cudaStreamSynchronize(b.stream);
+  boot.barrier();  // nobody frees a buffer a peer's kernel may still read
+  (void)no_health;
+}
+
+gpu_facts describe(int dev, const nvml& nv) {
+  gpu_facts g;
+  g.index = dev;
+  cudaDeviceProp p{};
+  ROCENANTE_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+  g.name = p.name;
+  g.sm_major = p.major;
+  g.sm_minor = p.minor;
+  g.sms = p.multiProcessorCount;
+  char uuid[64];
+  const unsigned char* u = reinterpret_cast<const unsigned char*>(p.uuid.bytes);
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  g.uuid = uuid;
+  char bus[64] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) == cudaSuccess) g.pci_bus_id = bus;
+  if (nv.ok()) {
+    const auto d = nv.by_pci_bus_id(g.pci_bus_id);
+    g.sm_clock_mhz = nv.clock_mhz(d, nvml::sm);
+    g.mem_clock_mhz = nv.clock_mhz(d, nvml::mem);
+    g.sm_clock_max_mhz = nv.max_clock_mhz(d, nvml::sm);
+    g.mem_clock_max_mhz = nv.max_clock_mhz(d, nvml::mem);
+    g.clocks_source = d ? "NVML, read before the sweep" : "NVML: no device with bus id " + g.pci_bus_id;
+  } else {
+    g.clocks_source = "unavailable: " + nv.why();
+  }
+  return g;
+}
+
+}  // namespace
+
+int gpu_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    *why = std::string("no usable CUDA GPU (") + cudaGetErrorString(e) + ")";
+    return 0;
+  }
+  if (n == 0) *why = "no CUDA GPU on this machine";
+  return n;
+}
+
+void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts) {
+  int visible = 0;
+  ROCENANTE_CUDA_CHECK(cudaGetDeviceCount(&visible));
+  const int d = cfg.devices > 0 ? cfg.devices : std::min(cfg.ranks, visible);
+  if (d > visible)
+    throw config_error("--devices " + std::to_string(d) + " but only " + std::to_string(visible) + " GPU(s) are visible");
+  world w;
+  w.n = cfg.ranks;
+  for (int r = 0; r < cfg.ranks; ++r) w.device.push_back(r % d);
+  facts.rank_device = w.device;
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  facts.cuda_runtime = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
+  facts.driver = "CUDA " + std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10) + " driver API";
+  {
+    nvml nv;
+    for (int g = 0; g < d; ++g) facts.gpus.push_back(describe(g, nv));
+  }
+
+  // NCCL beside the library: only where every rank has a GPU of its own.
+  const bool own_gpu = cfg.ranks <= d;
+#if ROCENANTE_PERF_NCCL
+  std::unique_ptr<nccl_loader> lib;
+#endif
+  if (cfg.nccl == nccl_mode::off) {
+    facts.nccl_state = "skipped: --no-nccl";
+  } else if (!own_gpu) {
+    facts.nccl_state = "skipped: " + std::to_string(cfg.ranks) + " ranks share " + std::to_string(d) +
+                       " GPU(s), and NCCL cannot put several ranks of one communicator on one device; NCCL rows "
+                       "exist only for one rank per GPU (e.g. --ranks 1 on one GPU)";
+  } else {
+#if ROCENANTE_PERF_NCCL
+    lib = std::make_unique<nccl_loader>();
+    if (!lib->ok()) {
+      if (cfg.nccl == nccl_mode::on) throw config_error("--nccl: " + lib->why());
+      facts.nccl_state = "skipped: " + lib->why();
+    } else {
+      w.comms.assign(static_cast<std::size_t>(cfg.ranks), nullptr);
+      const ncclResult_t e = lib->comm_init_all(w.comms.data(), cfg.ranks, w.device.data());
+      if (e != ncclSuccess) {
+        if (cfg.nccl == nccl_mode::on) throw config_error(std::string("ncclCommInitAll: ") + lib->error_string(e));
+        facts.nccl_state = std::string("skipped: ncclCommInitAll failed: ") + lib->error_string(e);
+        w.comms.clear();
+      } else {
+        w.nccl = true;
+        w.lib = lib.get();
+        facts.nccl_state = "ran: NCCL " + lib->version_string() + " (ncclCommInitAll, one rank per GPU, same streams, "
+                           "events and graphs as the library's rows)";
+      }
+    }
+#else
+    if (cfg.nccl == nccl_mode::on) throw config_error("--nccl: this build has no NCCL rows (nccl.h not found at configure time)");
+    facts.nccl_state = "not built: nccl.h was not found at configure time";
+#endif
+  }
+  if (cfg.coll == collective_kind::all_gather && w.nccl)
+    facts.notes.push_back("NCCL all-gather rows use ncclAllGather (rank-major output, as the library's)");
+
+  facts.time_method =
+      cfg.graph_launches > 0
+          ? "CUDA graph (nccl-tests -G): the -n iterations captured in one graph per rank, launched once untimed and "
+            "then G times; a rank's sample = elapsed(event before the launch, event after) / n; row sample = slowest "
+            "rank; median and p99 (nearest rank) over the G samples. loop_us: host wall time of the G launches from a "
+            "barrier / (G*n), slowest rank (nccl-tests' figure)"
+          : "eager: a rank's sample = elapsed(CUDA event recorded before the launch, event after) on its own stream; "
+            "with the host ahead of the GPU this is one collective's GPU time including the wait for peers, not the "
+            "host launch cost; row sample = slowest rank; median and p99 (nearest rank) over -n samples. loop_us: host "
+            "wall time of the n launches from a barrier to stream synchronize / n, slowest rank (nccl-tests' figure)";
+
+  for (const gpu_facts& g : facts.gpus) {
+    std::printf("# GPU %d: %s (sm_%d%d, %d SMs), %s, PCI %s\n", g.index, g.name.c_str(), g.sm_major, g.sm_minor, g.sms,
+                g.uuid.c_str(), g.pci_bus_id.c_str());
+    if (g.sm_clock_mhz >= 0)
+      std::printf("#   clocks: SM %d MHz (max %d), memory %d MHz (max %d), %s\n", g.sm_clock_mhz, g.sm_clock_max_mhz,
+                  g.mem_clock_mhz, g.mem_clock_max_mhz, g.clocks_source.c_str());
+    else
+      std::printf("#   clocks: %s\n", g.clocks_source.c_str());
+  }
+  std::string placement;
+  for (int r = 0; r < cfg.ranks; ++r) placement += " " + std::to_string(r) + ":" + std::to_string(w.device[r]);
+  std::printf("# ranks -> GPUs:%s (threads of this process, one stream each); CUDA runtime %s, %s\n",
+              placement.c_str(), facts.cuda_runtime.c_str(), facts.driver.c_str());
+  std::printf("# NCCL: %s\n", facts.nccl_state.c_str());
+  std::printf("# time (us): %s\n#\n", cfg.graph_launches > 0
+                                          ? "per collective inside a CUDA graph of -n collectives, median over -G "
+                                            "launches of the slowest rank (raw samples, p99, loop_us: -J FILE)"
+                                          : "per collective, CUDA events on each rank's stream, median over -n of the "
+                                            "slowest rank (raw samples, p99, loop_us: -J FILE)");
+  print_columns();
+
+  const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(120.0, 6 * cfg.timeout_s) * 1e3));
+  auto body = [&](bootstrap::in_process& boot) {
+    if (cfg.backend == backend_kind::cuda_proxy) run_rank<transport::cuda_loopback_proxy>(boot, cfg, w, rows);
+    else run_rank<transport::cuda_loopback>(boot, cfg, w, rows);
+  };
+  std::exception_ptr failed;
+  try {
+    host::spawn_ranks(cfg.ranks, body, boot_timeout);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+#if ROCENANTE_PERF_NCCL
+  for (ncclComm_t c : w.comms)
+    if (c) lib->comm_destroy(c);
+#endif
+  if (failed) std::rethrow_exception(failed);
+}
+
+}  // namespace rocenante::perf

@@ -1,0 +1,180 @@
+// benchmarks/perf/perf.hpp — what rocenante-perf's translation units share: the configuration parsed from the
+// command line, one result row, the data pattern and its check, and the statistics of a row. The host path
+// lives in rocenante_perf.cpp; the GPU path (gpu::communicator and NCCL side by side) in perf/gpu.cu, compiled
+// only when nvcc is found.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <rocenante/config.hpp>
+#include <rocenante/core/status.hpp>
+#include <rocenante/reduce/sum.hpp>
+#include <rocenante/algorithm/concepts.hpp>
+
+namespace rocenante::perf {
+
+using algorithm::algo;
+
+enum class collective_kind { all_reduce, all_gather };
+
+/// The backend that runs the rows. `host` is the CPU host executor (ranks are CPU threads); the other two run
+/// gpu::communicator ranks as threads of this process, each rank on its own stream.
+enum class backend_kind { host, cuda_loopback, cuda_proxy };
+
+/// How NCCL is run beside the library: `automatic` runs it where it can run (one rank per GPU, NCCL loadable).
+enum class nccl_mode { automatic, on, off };
+
+/// What --algo asked for. `automatic` is the library's default choice (one_shot today; the library has no
+/// size-based selection yet) and is printed as one_shot with a note.
+enum class algo_choice { one_shot, ring, automatic };
+
+inline const char* to_string(collective_kind c) { return c == collective_kind::all_reduce ? "all_reduce" : "all_gather"; }
+inline const char* to_string(backend_kind b) {
+  return b == backend_kind::host ? "host" : b == backend_kind::cuda_loopback ? "cuda_loopback" : "cuda_proxy";
+}
+inline const char* algo_name(algo a) { return a == algo::ring ? "ring" : "one_shot"; }
+
+struct config {
+  std::uint64_t min_bytes = 16;
+  std::uint64_t max_bytes = std::uint64_t{1} << 20;
+  std::uint64_t step_bytes = 0;  // -i: linear steps; 0 = use the factor
+  double step_factor = 4.0;
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  std::vector<dtype> dtypes = {dtype::f32, dtype::f16, dtype::bf16};
+  std::vector<algo> algos = {algo::one_shot, algo::ring};
+  bool algo_auto = false;  // --algo auto was given (runs one_shot, labelled)
+  collective_kind coll = collective_kind::all_reduce;
+  int ranks = 4;
+  bool transport_given = false;
+  backend_kind backend = backend_kind::host;
+  std::string transport_arg;  // as typed
+  int graph_launches = 0;     // -G N: capture the -n iterations in one CUDA graph per rank, launch it N times
+  nccl_mode nccl = nccl_mode::automatic;
+  int devices = 0;    // --devices N: ranks round-robin over the first N GPUs (0: min(ranks, visible GPUs))
+  int max_parts = 0;  // --max-parts N: CTAs per collective and rank (0: gpu::default_options())
+  std::string json_path;
+  double timeout_s = 10.0;
+  int corrupt_rank = -1;  // --self-test-corrupt R: flip one output bit on rank R before the check (tests the checker)
+};
+
+/// One row of the table.
+struct row {
+  std::string impl = "rocenante";  // "rocenante" or "nccl"
+  std::uint64_t bytes = 0;         // the size column: all-reduce input, or all-gather output (n * count * sizeof)
+  std::uint64_t count = 0;         // elements per rank's input
+  dtype type = dtype::f32;
+  algo algorithm = algo::one_shot;
+  bool graph = false;
+  int iters_per_sample = 1;        // graph mode: a sample is one graph launch divided by the collectives in it
+  std::vector<double> samples_us;  // per sample, slowest rank
+  double median_us = 0, p99_us = 0, algbw = 0, busbw = 0;
+  double loop_us = 0;  // GPU: nccl-tests' figure, host wall time of the whole timed loop / collectives (slowest rank)
+  std::uint64_t wrong = 0;
+  status state = status::ok;
+  int failed_rank = -1;
+  std::string error;
+  std::string label() const { return impl == "nccl" ? std::string("nccl") : std::string(algo_name(algorithm)); }
+};
+
+/// Facts about the GPU a run used, for the header and the receipt (filled by the GPU path).
+struct gpu_facts {
+  int index = -1;
+  std::string name, uuid, pci_bus_id;
+  int sm_major = 0, sm_minor = 0, sms = 0;
+  // Clocks in MHz from NVML when it loads (current and maximum SM and memory clocks); -1 when unknown.
+  int sm_clock_mhz = -1, mem_clock_mhz = -1, sm_clock_max_mhz = -1, mem_clock_max_mhz = -1;
+  std::string clocks_source = "unavailable";
+};
+
+/// What the GPU path tells main about the run, beyond the rows.
+struct run_facts {
+  std::vector<gpu_facts> gpus;
+  std::vector<int> rank_device;  // device of each rank
+  std::string nccl_state = "not built";  // "ran (version ...)", "skipped: <why>", "not built"
+  std::string cuda_runtime, driver;
+  std::string time_method;
+  std::vector<std::string> notes;
+};
+
+/// Small integer in [-4, 4] for (seed, rank, index): exact in fp32, fp16 and bf16, and so is any sum of 16.
+ROCENANTE_HOST_DEVICE inline int input_value(std::uint64_t seed, int rank, std::uint64_t i) {
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(rank) << 48) ^ i;
+  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27; x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<int>(x % 9) - 4;
+}
+
+template <class T>
+ROCENANTE_HOST_DEVICE inline T from_int(int v) {
+  return reduce::sum<T>::from_accum(static_cast<float>(v));
+}
+
+/// Sizes of the sweep: -b to -e, times -f or plus -i.
+inline std::vector<std::uint64_t> sweep_sizes(const config& c) {
+  std::vector<std::uint64_t> sizes;
+  for (std::uint64_t s = c.min_bytes; s <= c.max_bytes;) {
+    sizes.push_back(s);
+    const std::uint64_t next =
+        c.step_bytes ? s + c.step_bytes : static_cast<std::uint64_t>(std::floor(static_cast<double>(s) * c.step_factor));
+    s = std::max(next, s + 1);
+  }
+  return sizes;
+}
+
+/// Largest input of one rank: the communicator's capacity.
+inline std::uint64_t capacity_for(const config& c) {
+  const std::uint64_t per_rank =
+      c.coll == collective_kind::all_gather ? (c.max_bytes + c.ranks - 1) / c.ranks : c.max_bytes;
+  return std::max<std::uint64_t>(per_rank, packet_bytes);
+}
+
+/// Fills count/bytes of a row for `size` bytes of type T on n ranks (all-gather: size is the gathered output).
+template <class T>
+void shape_row(row& r, collective_kind c, int n, std::uint64_t size) {
+  const bool gather = c == collective_kind::all_gather;
+  r.type = reduce::sum<T>::dtype_id;
+  r.count = gather ? size / (sizeof(T) * n) : size / sizeof(T);
+  r.bytes = r.count * sizeof(T) * (gather ? n : 1);
+}
+
+/// all[q * samples + i] is rank q's time for sample i. A row's sample i is the slowest rank's; median and p99
+/// (nearest rank) over samples; algbw = size / median; busbw with nccl-tests' factors.
+inline void finish_row(row& r, const std::vector<double>& all, int n, int samples, collective_kind c) {
+  r.samples_us.assign(static_cast<std::size_t>(samples), 0.0);
+  for (int i = 0; i < samples; ++i) {
+    double slowest = 0;
+    for (int q = 0; q < n; ++q) slowest = std::max(slowest, all[static_cast<std::size_t>(q) * samples + i]);
+    r.samples_us[i] = slowest;
+  }
+  std::vector<double> sorted = r.samples_us;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t k = sorted.size();
+  if (k == 0) return;
+  r.median_us = k % 2 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
+  r.p99_us = sorted[static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(k))) - 1];
+  if (r.median_us > 0) {
+    r.algbw = static_cast<double>(r.bytes) / r.median_us / 1e3;  // bytes/us/1e3 = GB/s
+    const double factor = c == collective_kind::all_gather ? double(n - 1) / n : 2.0 * double(n - 1) / n;
+    r.busbw = r.algbw * factor;
+  }
+}
+
+void print_row(const row& r, collective_kind c);
+/// The two column-header lines of the table.
+void print_columns();
+
+// ---- the GPU path (perf/gpu.cu); declared always, defined only in builds with nvcc --------------------------
+
+/// Number of usable CUDA GPUs, 0 with a reason in *why when none (or when built without nvcc).
+int gpu_count(std::string* why);
+/// Runs the whole sweep on the GPU backend in cfg (rows in order; NCCL rows beside the library's).
+void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts);
+
+}  // namespace rocenante::perf
