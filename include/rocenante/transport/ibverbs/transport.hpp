@@ -1,0 +1,632 @@
+// transport/ibverbs/transport.hpp — the RDMA transport: RC queue pairs over libibverbs, driven by a CPU proxy
+// thread. It plugs into the transport concept exactly as the loopback proxy does (transport/loopback_proxy.hpp):
+// the collective stages its bytes in a registered staging area and posts a descriptor on its part's queue; one
+// proxy thread per rank drains every queue in ticket order (catch-up by construction, HAZARDS #1) and turns each
+// descriptor into RDMA WRITEs. `post_one` is the only step that differs from the loopback proxy.
+//
+// One descriptor = two RDMA WRITEs on one RC queue pair, chained in one ibv_post_send:
+//   1. payload: staging[data_offset(slot) + off, +bytes)  ->  peer window, same offset    (unsignalled)
+//   2. flag:    8 bytes from a registered flag-source ring ->  peer window + 8 * flag_index (signalled)
+// HAZARDS #4: the flag is a separate write behind the payload on the same RC queue pair, not packed into the data.
+// RC executes and places RDMA WRITEs of one queue pair in order at the responder, and memory is registered
+// without IBV_ACCESS_RELAXED_ORDERING, so a peer that sees the flag also sees the payload. Packing flags into the
+// data (NCCL LL/LL128) would change the window layout every transport shares and cost 1/16 to 1/2 of the
+// bandwidth; two writes cost one extra ~64-byte packet per descriptor. (GPUDirect into GPU memory would need a
+// flush or the PCIe ordering attribute; this transport registers host memory only: plain or pinned host-mapped.)
+//
+// Striping (a DGX Spark port is two PCIe functions): with D devices, descriptors of part p to peer q use device
+// (p + q) mod D. A descriptor's payload and flag always share one queue pair, so striping needs no cross-device
+// ordering; a message is striped when it is split into several parts (options::max_parts >= D).
+//
+// Credits: at most `send_depth` work requests outstanding per queue pair; every flag write is signalled, and its
+// completion retires every earlier request of the queue pair. Out of credits, the proxy polls the completion queue
+// (stop is honoured: at teardown it gives up after the drain deadline).
+//
+// Failure (HAZARDS #14): a completion error (IBV_WC_RETRY_EXC_ERR when a peer died, remote access errors, ...)
+// marks the queue pair failed and records a message naming the peer and the device. From then on the proxy posts
+// nothing to that peer and writes abort words naming it into this rank's own flags for the sequence it is posting
+// and the next one, so the rank's current wait fails at once through the protocol's fail-stop path
+// (session::wait_one sees an abort word of its sequence, poisons the rank and aborts the sequence at every peer).
+//
+// Memory (HAZARDS #21): per rank, the window (layout().total_bytes(), registered LOCAL_WRITE | REMOTE_WRITE, never
+// REMOTE_READ), a staging area of the same size (local access only), post queues (max_parts x 3,200 B) and a flag
+// ring of 8 x send_depth bytes per peer per device.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../bootstrap/concepts.hpp"
+#include "../../core/error.hpp"
+#include "../../core/options.hpp"
+#include "../../protocol/flags.hpp"
+#include "../../protocol/layout.hpp"
+#include "../../protocol/state.hpp"
+#include "../concepts.hpp"
+#include "../loopback_proxy.hpp"
+#include "../proxy.hpp"
+#include "device.hpp"
+#include "verbs_api.hpp"
+
+namespace rocenante::transport {
+
+namespace ib {
+
+/// Version of the connection card below; ranks with different versions refuse to connect.
+inline constexpr std::uint32_t card_version = 1;
+inline constexpr std::uint32_t card_magic = 0x52434e56;  // "RCNV"
+
+/// What one rank publishes about one of its devices.
+struct device_card {
+  char name[32];
+  std::uint8_t gid[16];
+  std::uint32_t mtu;  ///< ibv_mtu of the port
+  std::uint32_t window_rkey;
+  std::uint64_t window_addr;
+  std::uint32_t qpn[max_ranks];  ///< this rank's queue pair for peer q on this device
+  std::uint32_t psn[max_ranks];  ///< its initial send PSN
+};
+
+/// A rank's connection card, exchanged with bootstrap all_gather (twice: local set-up, then connection).
+struct card {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::uint32_t size;  ///< sizeof(card) on the sender
+  std::int32_t rank;
+  std::uint32_t devices;
+  std::uint32_t ok;  ///< 0: set-up failed on this rank; `error` says why
+  std::uint64_t window_bytes;
+  char error[512];
+  device_card dev[max_devices];
+};
+
+/// Checks a peer's card. Returns an empty string when it is acceptable, else why not.
+inline std::string validate_card(const card& c, int expected_rank, std::uint32_t my_devices, std::uint64_t window_bytes) {
+  const std::string who = "rank " + std::to_string(expected_rank);
+  if (c.magic != card_magic) return who + " sent a connection card with a bad magic number (not RoCEnante, or corrupt)";
+  if (c.size != sizeof(card))
+    return who + " sent a connection card of " + std::to_string(c.size) + " bytes, this rank expects " +
+           std::to_string(sizeof(card)) + " (different RoCEnante builds)";
+  if (c.version != card_version)
+    return who + " speaks connection-card version " + std::to_string(c.version) + ", this rank " +
+           std::to_string(card_version) + " (different RoCEnante versions)";
+  if (c.rank != expected_rank) return who + "'s card claims rank " + std::to_string(c.rank);
+  if (c.ok == 0) return "";  // reported separately, with the peer's own message
+  if (c.devices != my_devices)
+    return who + " uses " + std::to_string(c.devices) + " RDMA device(s), this rank " + std::to_string(my_devices) +
+           "; set ROCENANTE_IB_HCA to the same number of devices on every rank";
+  if (c.window_bytes != window_bytes)
+    return who + "'s window is " + std::to_string(c.window_bytes) + " bytes, this rank's " + std::to_string(window_bytes);
+  return "";
+}
+
+inline void copy_text(char* dst, std::size_t cap, const std::string& s) {
+  const std::size_t n = s.size() < cap - 1 ? s.size() : cap - 1;
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+/// Every verbs object of one rank; released in reverse order of creation, also when set-up fails half-way.
+struct resources {
+  struct per_device {
+    device_info info;
+    ibv_pd* pd = nullptr;
+    ibv_cq* cq = nullptr;
+    ibv_mr* window_mr = nullptr;
+    ibv_mr* staging_mr = nullptr;
+    ibv_mr* flag_mr = nullptr;
+    std::unique_ptr<std::uint64_t[]> flag_src;  ///< send_depth words per peer: sources of flag writes
+    std::vector<ibv_qp*> qps;                   ///< per peer (nullptr for self)
+  };
+  std::vector<per_device> dev;
+
+  ~resources() {
+    const verbs_api& api = verbs().api;
+    for (auto& d : dev) {
+      for (ibv_qp* q : d.qps)
+        if (q) api.destroy_qp(q);
+      if (d.cq) api.destroy_cq(d.cq);
+      if (d.flag_mr) api.dereg_mr(d.flag_mr);
+      if (d.staging_mr) api.dereg_mr(d.staging_mr);
+      if (d.window_mr) api.dereg_mr(d.window_mr);
+      if (d.pd) api.dealloc_pd(d.pd);
+      if (d.info.ctx) api.close_device(d.info.ctx);
+    }
+  }
+};
+
+}  // namespace ib
+
+/// What the RDMA proxy measured, beyond the loopback proxy's counters.
+struct ibverbs_stats : proxy_stats {
+  std::uint64_t completions = 0;        ///< signalled completions polled
+  std::uint64_t completion_errors = 0;  ///< completions with a status other than success (flushes included)
+  std::uint64_t credit_waits = 0;       ///< descriptors that found their queue pair out of credits
+};
+
+template <class Mapping>
+class basic_ibverbs {
+ public:
+  static constexpr const char* name = "ibverbs";
+  using handle_type = proxy_handle;
+
+  /// Collective: every rank calls. Configuration from the ROCENANTE_IB_* environment variables.
+  basic_ibverbs(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts)
+      : basic_ibverbs(boot, layout, opts, ib::ib_config::from_env()) {}
+
+  /// Collective: every rank calls. Opens and checks the devices, registers memory, creates one RC queue pair per
+  /// peer per device, exchanges connection cards through `boot`, connects, and starts the proxy thread. A failure
+  /// on any rank fails set-up on every rank (transport_error naming the rank and the device): no rank is left
+  /// waiting for a peer that gave up (HAZARDS #9).
+  basic_ibverbs(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts,
+                ib::ib_config cfg)
+      : layout_(layout), cfg_(std::move(cfg)), timeout_ns_(opts.timeout_ns) {
+    const int n = boot.size();
+    me_ = boot.rank();
+    n_ = n;
+    if (n > max_ranks)
+      throw config_error("ibverbs: " + std::to_string(n) + " ranks exceed max_ranks (" + std::to_string(max_ranks) + ")");
+    const std::uint64_t bytes = layout.total_bytes();
+    window_ = Mapping::shared(bytes);
+    Mapping::fill(window_.get(), 0xff, layout.flags_bytes());
+    staging_ = Mapping::shared(bytes);
+    queue_mem_ = Mapping::shared(sizeof(post_queue) * layout.max_parts);
+    cursor_mem_ = Mapping::producer_private(sizeof(post_cursor) * layout.max_parts);
+
+    // 1. Local set-up; its outcome travels with the card, so that every rank fails together.
+    ib::card mine{};
+    mine.magic = ib::card_magic;
+    mine.version = ib::card_version;
+    mine.size = sizeof(ib::card);
+    mine.rank = me_;
+    mine.window_bytes = bytes;
+    mine.ok = 1;
+    std::vector<std::uint32_t> psn(static_cast<std::size_t>(n), 0);
+    try {
+      set_up_local(mine, psn);
+    } catch (const error& e) {
+      mine.ok = 0;
+      ib::copy_text(mine.error, sizeof mine.error, e.what());
+    }
+    std::vector<ib::card> all(static_cast<std::size_t>(n));
+    boot.all_gather(&mine, all.data(), sizeof(ib::card));
+    check_cards(all, mine);
+
+    // 2. Connect every queue pair, then vote again: a rank whose connection failed must not leave peers posting.
+    std::string connect_error;
+    try {
+      connect(all);
+    } catch (const error& e) {
+      connect_error = e.what();
+    }
+    ib::card vote{};
+    vote.magic = ib::card_magic;
+    vote.version = ib::card_version;
+    vote.size = sizeof(ib::card);
+    vote.rank = me_;
+    vote.ok = connect_error.empty() ? 1 : 0;
+    ib::copy_text(vote.error, sizeof vote.error, connect_error);
+    boot.all_gather(&vote, all.data(), sizeof(ib::card));  // also the barrier: every queue pair is RTS after it
+    for (int q = 0; q < n; ++q)
+      if (all[q].ok == 0)
+        throw transport_error("ibverbs: connecting the queue pairs failed on rank " + std::to_string(q) + ": " +
+                              all[q].error);
+
+    conns_.assign(res_.dev.size() * static_cast<std::size_t>(n), conn{});
+    handle_ = proxy_handle{me_,
+                           n,
+                           layout,
+                           window_.get(),
+                           staging_.get(),
+                           reinterpret_cast<post_queue*>(queue_mem_.get()),
+                           reinterpret_cast<post_cursor*>(cursor_mem_.get()),
+                           opts.timeout_ns};
+    thread_ = std::thread([this] { run(); });
+  }
+
+  basic_ibverbs(const basic_ibverbs&) = delete;
+  basic_ibverbs& operator=(const basic_ibverbs&) = delete;
+
+  /// Posts what this rank already published (peers may wait for it), waits for those writes to complete for at
+  /// most min(timeout, 1 s), stops the proxy and releases every verbs object. Returns promptly with dead peers.
+  ~basic_ibverbs() {
+    stop_.store(true, std::memory_order_release);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  handle_type handle() const { return handle_; }
+
+  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; HAZARDS #1).
+  void pause() { paused_.store(true, std::memory_order_release); }
+  void resume() { paused_.store(false, std::memory_order_release); }
+
+  /// True once a completion error (or a failed post) was seen; failure_message() names the peer and device.
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  std::string failure_message() const {
+    if (!failed()) return {};
+    return failure_;  // written once, before failed_ is released
+  }
+
+  /// "rxe0 (198.18.0.1, GID 1, MTU 1024)", one entry per device.
+  std::string describe() const {
+    std::string s;
+    for (const auto& d : res_.dev)
+      s += (s.empty() ? "" : ", ") + d.info.name + " (" + d.info.gid_text + ", GID " + std::to_string(d.info.gid_index) +
+           ", MTU " + std::to_string(ib::mtu_bytes(d.info.active_mtu)) + ")";
+    return s;
+  }
+  /// Path MTU in bytes of the queue pair to `peer` on device `dev` (min of both ends).
+  int path_mtu(int dev, int peer) const { return ib::mtu_bytes(path_mtu_[static_cast<std::size_t>(dev) * n_ + peer]); }
+  int devices() const { return static_cast<int>(res_.dev.size()); }
+  const ib::ib_config& config() const { return cfg_; }
+
+  ibverbs_stats stats() const {
+    ibverbs_stats s;
+    s.posts = posts_.load(std::memory_order_relaxed);
+    s.bytes = bytes_.load(std::memory_order_relaxed);
+    s.busy_ns = busy_ns_.load(std::memory_order_relaxed);
+    s.drains = drains_.load(std::memory_order_relaxed);
+    s.idle_polls = idle_polls_.load(std::memory_order_relaxed);
+    s.completions = completions_.load(std::memory_order_relaxed);
+    s.completion_errors = completion_errors_.load(std::memory_order_relaxed);
+    s.credit_waits = credit_waits_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  /// Proxy-private state of one queue pair.
+  struct conn {
+    std::uint64_t posted = 0;     ///< work requests posted
+    std::uint64_t completed = 0;  ///< work requests known complete (a signalled completion retires all before it)
+    bool failed = false;
+  };
+
+  void set_up_local(ib::card& mine, std::vector<std::uint32_t>& psn) {
+    const ib::verbs_load& v = ib::verbs();
+    if (!v.ok) throw transport_error("ibverbs unavailable on rank " + std::to_string(me_) + ": " + v.why);
+    const ib::verbs_api& api = v.api;
+    std::vector<std::string> names = cfg_.hca;
+    std::vector<int> ports = cfg_.ports;
+    if (names.empty()) {
+      names.push_back(ib::default_device());
+      ports.push_back(1);
+    }
+    std::mt19937 gen(static_cast<std::uint32_t>(::getpid()) ^
+                     static_cast<std::uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    for (int q = 0; q < n_; ++q) psn[q] = gen() & 0xffffffu;
+    const std::uint64_t bytes = layout_.total_bytes();
+    const std::size_t depth = static_cast<std::size_t>(cfg_.send_depth);
+    res_.dev.resize(names.size());
+    mine.devices = static_cast<std::uint32_t>(names.size());
+    for (std::size_t d = 0; d < names.size(); ++d) {
+      auto& r = res_.dev[d];
+      r.info = ib::open_device(names[d], ports[d], cfg_.gid_index);
+      const std::string where = "RDMA device " + r.info.name + ": ";
+      r.pd = api.alloc_pd(r.info.ctx);
+      if (!r.pd) throw transport_error(where + "ibv_alloc_pd failed (" + std::strerror(errno) + ")");
+      const int cqe = static_cast<int>(depth) * (n_ > 1 ? n_ - 1 : 1) + 16;
+      r.cq = api.create_cq(r.info.ctx, cqe, nullptr, nullptr, 0);
+      if (!r.cq) throw transport_error(where + "ibv_create_cq(" + std::to_string(cqe) + ") failed (" + std::strerror(errno) + ")");
+      // Receive slots: remote write only, never remote read (and no relaxed ordering: HAZARDS #4).
+      r.window_mr = api.reg_mr(r.pd, window_.get(), bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      if (!r.window_mr)
+        throw transport_error(where + "registering the " + std::to_string(bytes) + "-byte window failed (" +
+                              std::strerror(errno) + "); raise the locked-memory limit (ulimit -l) or lower capacity_bytes");
+      r.staging_mr = api.reg_mr(r.pd, staging_.get(), bytes, 0);
+      if (!r.staging_mr)
+        throw transport_error(where + "registering the staging area failed (" + std::strerror(errno) + "); raise ulimit -l");
+      r.flag_src.reset(new std::uint64_t[depth * static_cast<std::size_t>(n_)]());
+      r.flag_mr = api.reg_mr(r.pd, r.flag_src.get(), depth * static_cast<std::size_t>(n_) * 8, 0);
+      if (!r.flag_mr) throw transport_error(where + "registering the flag ring failed (" + std::strerror(errno) + ")");
+      r.qps.assign(static_cast<std::size_t>(n_), nullptr);
+      ib::device_card& c = mine.dev[d];
+      ib::copy_text(c.name, sizeof c.name, r.info.name);
+      std::memcpy(c.gid, r.info.gid.raw, 16);
+      c.mtu = static_cast<std::uint32_t>(r.info.active_mtu);
+      c.window_addr = reinterpret_cast<std::uint64_t>(window_.get());
+      c.window_rkey = r.window_mr->rkey;
+      for (int q = 0; q < n_; ++q) {
+        if (q == me_) continue;
+        ibv_qp_init_attr ia{};
+        ia.send_cq = r.cq;
+        ia.recv_cq = r.cq;
+        ia.qp_type = IBV_QPT_RC;
+        ia.sq_sig_all = 0;
+        ia.cap.max_send_wr = static_cast<std::uint32_t>(depth);
+        ia.cap.max_recv_wr = 1;
+        ia.cap.max_send_sge = 1;
+        ia.cap.max_recv_sge = 1;
+        r.qps[q] = api.create_qp(r.pd, &ia);
+        if (!r.qps[q])
+          throw transport_error(where + "ibv_create_qp for rank " + std::to_string(q) + " failed (" +
+                                std::strerror(errno) + "); lower ROCENANTE_IB_SEND_DEPTH");
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = static_cast<std::uint8_t>(r.info.port);
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+        if (api.modify_qp(r.qps[q], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+          throw transport_error(where + "queue pair for rank " + std::to_string(q) + ": RESET -> INIT failed (" +
+                                std::strerror(errno) + ")");
+        c.qpn[q] = r.qps[q]->qp_num;
+        c.psn[q] = psn[q];
+      }
+    }
+    psn_ = psn;
+  }
+
+  void check_cards(const std::vector<ib::card>& all, const ib::card& mine) {
+    std::string first;
+    for (int q = 0; q < n_ && first.empty(); ++q) {
+      const std::string why = ib::validate_card(all[q], q, mine.devices, mine.window_bytes);
+      if (!why.empty()) first = why;
+      else if (all[q].ok == 0) first = "set-up failed on rank " + std::to_string(q) + ": " + all[q].error;
+    }
+    if (!first.empty()) throw transport_error("ibverbs (seen by rank " + std::to_string(me_) + "): " + first);
+  }
+
+  void connect(const std::vector<ib::card>& all) {
+    const ib::verbs_api& api = ib::verbs().api;
+    path_mtu_.assign(res_.dev.size() * static_cast<std::size_t>(n_), IBV_MTU_256);
+    for (std::size_t d = 0; d < res_.dev.size(); ++d) {
+      auto& r = res_.dev[d];
+      remote_.resize(res_.dev.size() * static_cast<std::size_t>(n_));
+      for (int q = 0; q < n_; ++q) {
+        if (q == me_) continue;
+        const ib::device_card& pc = all[q].dev[d];
+        const std::string where = "RDMA device " + r.info.name + ", queue pair to rank " + std::to_string(q) + " (" +
+                                  std::string(pc.name, strnlen(pc.name, sizeof pc.name)) + "): ";
+        const ibv_mtu mtu = static_cast<ibv_mtu>(pc.mtu < static_cast<std::uint32_t>(r.info.active_mtu)
+                                                     ? pc.mtu
+                                                     : static_cast<std::uint32_t>(r.info.active_mtu));
+        path_mtu_[d * n_ + q] = mtu;
+        remote_[d * n_ + q] = {pc.window_addr, pc.window_rkey};
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_RTR;
+        a.path_mtu = mtu;
+        a.dest_qp_num = pc.qpn[me_];
+        a.rq_psn = pc.psn[me_];
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        a.ah_attr.is_global = 1;
+        std::memcpy(a.ah_attr.grh.dgid.raw, pc.gid, 16);
+        a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(r.info.gid_index);
+        a.ah_attr.grh.hop_limit = 64;
+        a.ah_attr.grh.traffic_class = static_cast<std::uint8_t>(cfg_.traffic_class);
+        a.ah_attr.sl = static_cast<std::uint8_t>(cfg_.service_level);
+        a.ah_attr.port_num = static_cast<std::uint8_t>(r.info.port);
+        if (api.modify_qp(r.qps[q], &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+          throw transport_error(where + "INIT -> RTR failed (" + std::strerror(errno) +
+                                "); check the GID index (ROCENANTE_IB_GID_INDEX) and that the peer's address is reachable");
+        std::memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_RTS;
+        a.timeout = static_cast<std::uint8_t>(cfg_.timeout);
+        a.retry_cnt = static_cast<std::uint8_t>(cfg_.retry_cnt);
+        a.rnr_retry = 0;  // no SENDs are ever posted, so receiver-not-ready cannot happen
+        a.sq_psn = psn_[q];
+        a.max_rd_atomic = 1;
+        if (api.modify_qp(r.qps[q], &a,
+                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                              IBV_QP_MAX_QP_RD_ATOMIC))
+          throw transport_error(where + "RTR -> RTS failed (" + std::strerror(errno) + ")");
+      }
+    }
+  }
+
+  // ---- proxy thread ----------------------------------------------------------------------------------------
+
+  static std::uint64_t wr_id(std::size_t dev, int peer, std::uint64_t seq) {
+    return (static_cast<std::uint64_t>(dev) << 60) | (static_cast<std::uint64_t>(peer) << 52) | (seq & ((1ull << 52) - 1));
+  }
+
+  void record_failure(std::size_t dev, int peer, const std::string& what) {
+    conn& c = conns_[dev * n_ + peer];
+    c.failed = true;
+    if (!failed_.load(std::memory_order_relaxed)) {
+      failed_peer_ = peer;
+      failure_ = "rank " + std::to_string(me_) + ": RDMA " + what + " on the queue pair to rank " + std::to_string(peer) +
+                 " (device " + res_.dev[dev].info.name + "); rank " + std::to_string(peer) +
+                 " is dead or unreachable, or its link is down; the communicator fails over to the protocol's "
+                 "fail-stop path";
+      failed_.store(true, std::memory_order_release);
+    }
+    if (have_seq_) publish_local_abort(last_seq_);
+  }
+
+  /// Writes abort words naming the failed peer into this rank's own flags for sequences s and s+1, so that the
+  /// rank's current wait (it is at s or s+1: the proxy has seen its descriptors of s) fails at once.
+  void publish_local_abort(std::uint32_t s) {
+    if (aborted_any_ && s == aborted_seq_) return;
+    aborted_any_ = true;
+    aborted_seq_ = s;
+    auto* flags = reinterpret_cast<std::uint64_t*>(window_.get());
+    for (std::uint32_t k = 0; k < 2; ++k) {
+      const std::uint32_t seq = s + k;
+      const std::uint64_t value = protocol::make_flag(
+          seq, protocol::abort_signature(static_cast<std::uint32_t>(protocol::failure_kind::timeout), failed_peer_));
+      for (std::uint32_t p = 0; p < layout_.max_parts; ++p)
+        for (std::uint32_t ch = 0; ch < layout_.channels; ++ch)
+          detail::store_release(flags + layout_.flag_index(seq & 1u, p, ch), value);
+    }
+  }
+
+  void poll_completions(std::size_t d) {
+    ibv_wc wc[32];
+    const int got = ibv_poll_cq(res_.dev[d].cq, 32, wc);
+    if (got < 0) {
+      record_failure(d, failed_peer_ >= 0 ? failed_peer_ : (me_ + 1) % n_, "ibv_poll_cq failed");
+      return;
+    }
+    for (int i = 0; i < got; ++i) {
+      const int peer = static_cast<int>((wc[i].wr_id >> 52) & 0xff);
+      const std::uint64_t seq = wc[i].wr_id & ((1ull << 52) - 1);
+      conn& c = conns_[d * n_ + peer];
+      if (seq > c.completed) c.completed = seq;
+      completions_.fetch_add(1, std::memory_order_relaxed);
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        completion_errors_.fetch_add(1, std::memory_order_relaxed);
+        if (!c.failed)
+          record_failure(d, peer, std::string("completion error ") + ib::verbs().api.wc_status_str(wc[i].status) +
+                                      " (status " + std::to_string(wc[i].status) + ", vendor error " +
+                                      std::to_string(wc[i].vendor_err) + ")");
+      }
+    }
+  }
+
+  void poll_all() {
+    for (std::size_t d = 0; d < res_.dev.size(); ++d) poll_completions(d);
+  }
+
+  void post_one(const post& e) {
+    const std::uint32_t seq = protocol::flag_seq(e.flag_value);
+    last_seq_ = seq;
+    have_seq_ = true;
+    if (failed_.load(std::memory_order_relaxed)) publish_local_abort(seq);
+    const int peer = static_cast<int>(e.peer);
+    const std::uint32_t part = static_cast<std::uint32_t>((e.flag_index / layout_.channels) % layout_.max_parts);
+    const std::size_t d = (part + e.peer) % res_.dev.size();
+    conn& c = conns_[d * n_ + peer];
+    if (c.failed) return;
+    const std::uint64_t need = e.bytes ? 2 : 1;
+    const std::uint64_t depth = static_cast<std::uint64_t>(cfg_.send_depth);
+    if (c.posted - c.completed + need > depth) {
+      credit_waits_.fetch_add(1, std::memory_order_relaxed);
+      std::uint64_t polls = 0;
+      while (c.posted - c.completed + need > depth) {
+        poll_completions(d);
+        if (c.failed) return;
+        // Stop is honoured while waiting for credits: at teardown, give up at the drain deadline.
+        if (stop_.load(std::memory_order_acquire) && detail::now_ns() >= deadline_ns_) return;
+        if (++polls > 64) std::this_thread::yield();
+      }
+    }
+    auto& r = res_.dev[d];
+    const auto remote = remote_[d * n_ + peer];
+    const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
+    ibv_sge sg[2]{};
+    ibv_send_wr wr[2]{};
+    int k = 0;
+    if (e.bytes) {
+      sg[k].addr = reinterpret_cast<std::uint64_t>(staging_.get() + at);
+      sg[k].length = static_cast<std::uint32_t>(e.bytes);
+      sg[k].lkey = r.staging_mr->lkey;
+      wr[k].wr_id = wr_id(d, peer, c.posted + 1);
+      wr[k].sg_list = &sg[k];
+      wr[k].num_sge = 1;
+      wr[k].opcode = IBV_WR_RDMA_WRITE;
+      wr[k].wr.rdma.remote_addr = remote.addr + at;
+      wr[k].wr.rdma.rkey = remote.rkey;
+      ++k;
+    }
+    const std::uint64_t flag_seq_no = c.posted + need;
+    std::uint64_t* src = r.flag_src.get() + static_cast<std::size_t>(peer) * depth + (flag_seq_no % depth);
+    *src = e.flag_value;
+    sg[k].addr = reinterpret_cast<std::uint64_t>(src);
+    sg[k].length = 8;
+    sg[k].lkey = r.flag_mr->lkey;
+    wr[k].wr_id = wr_id(d, peer, flag_seq_no);
+    wr[k].sg_list = &sg[k];
+    wr[k].num_sge = 1;
+    wr[k].opcode = IBV_WR_RDMA_WRITE;
+    wr[k].send_flags = IBV_SEND_SIGNALED;
+    wr[k].wr.rdma.remote_addr = remote.addr + e.flag_index * 8;
+    wr[k].wr.rdma.rkey = remote.rkey;
+    if (k == 1) wr[0].next = &wr[1];
+    ibv_send_wr* bad = nullptr;
+    const int rc = ibv_post_send(r.qps[peer], wr, &bad);
+    if (rc != 0) {
+      record_failure(d, peer, std::string("ibv_post_send failed (") + std::strerror(rc) + ")");
+      return;
+    }
+    c.posted += need;
+    bytes_.fetch_add(e.bytes, std::memory_order_relaxed);
+  }
+
+  bool all_complete() const {
+    for (const conn& c : conns_)
+      if (!c.failed && c.completed < c.posted) return false;
+    return true;
+  }
+
+  void run() {
+    std::vector<std::uint64_t> tails(layout_.max_parts, 0);
+    std::uint64_t empty = 0;
+    auto* queues = reinterpret_cast<post_queue*>(queue_mem_.get());
+    auto fn = [&](const post& e) { post_one(e); };
+    for (;;) {
+      poll_all();
+      if (stop_.load(std::memory_order_acquire)) {
+        const std::uint64_t bound = timeout_ns_ != 0 && timeout_ns_ < 1'000'000'000ull ? timeout_ns_ : 1'000'000'000ull;
+        deadline_ns_ = detail::now_ns() + bound;
+        drain_queues(queues, layout_.max_parts, tails.data(), fn);
+        while (!all_complete() && detail::now_ns() < deadline_ns_) {
+          poll_all();
+          std::this_thread::yield();
+        }
+        return;
+      }
+      if (paused_.load(std::memory_order_acquire)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
+      }
+      const std::uint64_t t0 = detail::now_ns();
+      const std::uint64_t got = drain_queues(queues, layout_.max_parts, tails.data(), fn);
+      if (got) {
+        busy_ns_.fetch_add(detail::now_ns() - t0, std::memory_order_relaxed);
+        posts_.fetch_add(got, std::memory_order_relaxed);
+        drains_.fetch_add(1, std::memory_order_relaxed);
+        empty = 0;
+        continue;
+      }
+      idle_polls_.fetch_add(1, std::memory_order_relaxed);
+      if (++empty < cfg_.idle.spin_polls || cfg_.idle.kind == idle_policy::spin) continue;
+      if (cfg_.idle.kind == idle_policy::yield)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(cfg_.idle.sleep_us));
+    }
+  }
+
+  struct remote_window {
+    std::uint64_t addr = 0;
+    std::uint32_t rkey = 0;
+  };
+
+  protocol::window_layout layout_;
+  ib::ib_config cfg_;
+  std::uint64_t timeout_ns_;
+  int me_ = 0, n_ = 0;
+  std::shared_ptr<std::byte> window_, staging_, queue_mem_, cursor_mem_;
+  ib::resources res_;  // declared after the memory it registers: deregistered before that memory is freed
+  std::vector<std::uint32_t> psn_;
+  std::vector<ibv_mtu> path_mtu_;
+  std::vector<remote_window> remote_;
+  std::vector<conn> conns_;  // [device][peer], proxy thread only
+  proxy_handle handle_{};
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, paused_{false}, failed_{false};
+  std::string failure_;
+  int failed_peer_ = -1;
+  std::uint32_t last_seq_ = 0, aborted_seq_ = 0;
+  bool have_seq_ = false, aborted_any_ = false;
+  std::uint64_t deadline_ns_ = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> posts_{0}, bytes_{0}, busy_ns_{0}, drains_{0}, idle_polls_{0}, completions_{0},
+      completion_errors_{0}, credit_waits_{0};
+};
+
+/// The RDMA transport on the host executor: windows and staging in plain host memory.
+using ibverbs = basic_ibverbs<host_mapping>;
+static_assert(check_transport<ibverbs>());
+
+}  // namespace rocenante::transport
