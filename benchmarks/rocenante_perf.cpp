@@ -620,6 +620,7 @@ int main(int argc, char** argv) {
 
   std::vector<row> rows;
   run_facts facts;
+  if (on_host) facts.nccl_state = "not applicable: CPU host executor";
   bool crashed = false;
   try {
     if (on_host) run_host(cfg, rows);
