@@ -569,6 +569,10 @@ void run_gpu(const config&, std::vector<row>&, run_facts&) {}
 }  // namespace rocenante::perf
 
 int main(int argc, char** argv) {
+  // GPU ranks sharing a device wait for each other inside their kernels; CUDA's lazy module loading could make a
+  // rank's first launch of a kernel wait for a peer's running kernel. Load every module at start-up instead
+  // (before the first CUDA call; a value the user set is kept).
+  ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   config cfg = parse_args(argc, argv);
   std::string no_gpu_why;
   if (!cfg.transport_given) {
