@@ -2,6 +2,7 @@
 #pragma once
 
 #include "algorithm/one_shot.hpp"
+#include "algorithm/one_shot_fp4.hpp"
 #include "algorithm/ring.hpp"
 #include "bootstrap/concepts.hpp"
 #include "bootstrap/in_process.hpp"
@@ -10,7 +11,10 @@
 #include "core/options.hpp"
 #include "core/status.hpp"
 #include "host/communicator.hpp"
+#include "host/nvfp4.hpp"
 #include "host/spawn.hpp"
+#include "reduce/nvfp4.hpp"
+#include "reduce/nvfp4_sum.hpp"
 #include "reduce/sum.hpp"
 #include "transport/loopback.hpp"
 #include "transport/loopback_proxy.hpp"

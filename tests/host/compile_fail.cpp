@@ -44,6 +44,7 @@ void ok(comm_t& c, session_t& s, float* p) {
   (void)c.all_reduce<algorithm::ring>(p, p, 4);
   (void)c.all_gather<algorithm::one_shot>(p, p + 4, 4);
   (void)algorithm::ring::all_reduce<reduce::sum<float>>(s, p, p, 4, 1);
+  (void)algorithm::one_shot_fp4::all_reduce<reduce::nvfp4_sum<float>>(s, p, p, 4, 1, nullptr);
   static_assert(reduce::check_reduction<reduce::sum<float>>() && algorithm::check_algorithm<algorithm::ring>() &&
                 transport::check_transport<transport::loopback>());
 }
@@ -59,4 +60,10 @@ void lossy(session_t& s, float* p) { (void)algorithm::ring::all_reduce<lossy_sum
 void gather_on_ring(comm_t& c, float* p) { (void)c.all_gather<algorithm::ring>(p, p + 4, 4); }
 #elif CASE == 6
 void unknown_element_type(comm_t& c, double* p) { (void)c.all_reduce(p, p, 4); }
+#elif CASE == 7
+void nvfp4_wire_on_ring(session_t& s, float* p) { (void)algorithm::ring::all_reduce<reduce::nvfp4_sum<float>>(s, p, p, 4, 1); }
+#elif CASE == 8
+void plain_sum_on_fp4_wire(session_t& s, float* p) {
+  (void)algorithm::one_shot_fp4::all_reduce<reduce::sum<float>>(s, p, p, 4, 1, nullptr);
+}
 #endif

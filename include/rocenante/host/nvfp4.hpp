@@ -1,0 +1,204 @@
+// host/nvfp4.hpp — host executor for the NVFP4-aware collectives (algorithm/one_shot_fp4.hpp) on CPU threads, one
+// rank per object: the same protocol, window layout and algorithm code the GPU kernels run (kernel/nvfp4.cuh).
+// It also runs the plain one_shot all-reduce, so that compressed and uncompressed results come from one window.
+//
+// Who calls: one thread per rank; every rank constructs it (collective set-up through the bootstrap, same options,
+// same checks as host::communicator) and then calls the same collectives in the same order with the same shapes.
+// Errors: set-up throws rocenante::error subclasses; collectives return a status and never throw. A call refused on
+// one rank (null pointer, size, cols % 16, payload larger than the window) takes its place in the sequence and
+// aborts it at every peer (session::reject), as in host::communicator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "../algorithm/one_shot.hpp"
+#include "../algorithm/one_shot_fp4.hpp"
+#include "../algorithm/ring.hpp"
+#include "../bootstrap/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/options.hpp"
+#include "../core/status.hpp"
+#include "../protocol/session.hpp"
+#include "../protocol/state.hpp"
+#include "../transport/concepts.hpp"
+#include "communicator.hpp"
+#include "setup.hpp"
+
+namespace rocenante::host {
+
+template <transport::transport Transport>
+class nvfp4_communicator {
+  static_assert(transport::check_transport<Transport>());
+  using session_t = protocol::session<protocol::host_team, typename Transport::handle_type>;
+
+ public:
+  template <bootstrap::bootstrap B>
+  nvfp4_communicator(B& boot, const options& opts)
+      : opts_(opts),
+        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name)),
+        transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
+    protocol::init_state(state_, opts.first_sequence);
+    policy_.timeout_ns = opts.timeout_ns;
+    policy_.max_polls = opts.max_polls;
+  }
+  nvfp4_communicator(const nvfp4_communicator&) = delete;
+  nvfp4_communicator& operator=(const nvfp4_communicator&) = delete;
+
+  int rank() const { return transport_.handle().rank(); }
+  int size() const { return transport_.handle().ranks(); }
+  Transport& transport() { return transport_; }
+  const protocol::window_layout& layout() const { return layout_; }
+
+  /// Parts a compressed all-reduce of `count` elements of T uses (the GPU executor uses the same formula).
+  template <class T>
+  std::uint32_t fp4_parts(std::uint64_t count) const {
+    return algorithm::one_shot_fp4::parts_for(count, sizeof(T), opts_.min_part_bytes, opts_.max_parts);
+  }
+
+  /// NVFP4-wire all-reduce: out = T(sum_q decode(encode(in_q))), identical bytes on every rank. in may equal out.
+  template <class T>
+  status all_reduce_fp4(const T* in, T* out, std::size_t count) {
+    using R = reduce::nvfp4_sum<std::remove_cv_t<T>>;
+    static_assert(algorithm::one_shot_fp4::supports<R>);
+    std::string why = check_common(in, out, count, sizeof(T));
+    const std::uint32_t parts = fp4_parts<T>(count);
+    if (why.empty() && !algorithm::one_shot_fp4::fits_window(count, parts, layout_.source_stride))
+      why = "the NVFP4 payload of " + std::to_string(count) + " elements in " + std::to_string(parts) +
+            " parts does not fit the window's source region; raise capacity_bytes or min_part_bytes";
+    if (why.empty() && in != out && overlaps(in, count * sizeof(T), out, count * sizeof(T)))
+      why = "input and output overlap without being the same buffer";
+    if (!why.empty()) return reject_call(why);
+    const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
+                                              static_cast<std::uint32_t>(R::dtype_id), count);
+    return run(sig, parts, [&](session_t& s) {
+      return algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, parts, nullptr);
+    });
+  }
+
+  /// Plain one_shot all-reduce on the same window (the uncompressed baseline).
+  template <class T>
+  status all_reduce(const T* in, T* out, std::size_t count) {
+    using R = reduce::sum<std::remove_cv_t<T>>;
+    std::string why = check_common(in, out, count, sizeof(T));
+    if (why.empty() && in != out && overlaps(in, count * sizeof(T), out, count * sizeof(T)))
+      why = "input and output overlap without being the same buffer";
+    if (!why.empty()) return reject_call(why);
+    const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot::id),
+                                              static_cast<std::uint32_t>(R::dtype_id), count);
+    const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+    const std::uint32_t parts = algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
+    return run(sig, parts, [&](session_t& s) { return algorithm::one_shot::all_reduce<R>(s, in, out, count, parts); });
+  }
+
+  /// Rows of the quantizing all-reduce per part (GPU: the same formula).
+  template <class T>
+  std::uint32_t row_parts(std::uint64_t rows, std::uint64_t cols) const {
+    return algorithm::one_shot_fp4::row_parts_for(rows, cols * sizeof(T), opts_.min_part_bytes, opts_.max_parts);
+  }
+
+  /// All-reduce of rows x cols elements of T, then the NVFP4 epilogue (algorithm::nvfp4_epilogue).
+  template <class T>
+  status all_reduce_quantize(const T* in, const algorithm::nvfp4_epilogue<T>& e) {
+    const std::uint64_t count = e.rows * e.cols;
+    std::string why = check_common(in, e.out_data, count, sizeof(T));
+    if (why.empty() && (e.cols % 16 != 0)) why = "cols = " + std::to_string(e.cols) + " is not a multiple of 16";
+    if (why.empty() && e.out_scales == nullptr) why = "out_scales is null";
+    if (why.empty() && !(e.global_scale > 0.0f && e.global_scale <= 3.4028234663852886e38f))
+      why = "global_scale must be a positive finite float";
+    if (!why.empty()) return reject_call(why);
+    const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_rows_id),
+                                              static_cast<std::uint32_t>(reduce::sum<T>::dtype_id), count);
+    const std::uint32_t parts = row_parts<T>(e.rows, e.cols);
+    return run(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, parts); });
+  }
+
+  /// NVFP4 all-gather (algorithm::nvfp4_gather): rows concatenated in rank order, scales in g.out_layout.
+  status all_gather_nvfp4(const algorithm::nvfp4_gather& g) {
+    const std::uint64_t count = g.rows * g.cols;
+    std::string why = check_common(g.data, g.out_data, count, 1);  // capacity counts elements as <= 1 byte each
+    if (why.empty() && (g.cols % 16 != 0)) why = "cols = " + std::to_string(g.cols) + " is not a multiple of 16";
+    if (why.empty() && (g.scales == nullptr || g.out_scales == nullptr)) why = "a scale pointer is null";
+    const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(g.rows, g.cols / 2, opts_.min_part_bytes, opts_.max_parts);
+    if (why.empty() && !algorithm::one_shot_fp4::gather_fits(g.rows, g.cols, parts, layout_.source_stride))
+      why = "the NVFP4 tensor does not fit the window's source region; raise capacity_bytes";
+    if (!why.empty()) return reject_call(why);
+    const auto sig = protocol::call_signature(protocol::collective::all_gather, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
+                                              static_cast<std::uint32_t>(dtype::nvfp4), count);
+    return run(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_gather_nvfp4(s, g, parts); });
+  }
+
+  health check_health() const {
+    health h;
+    auto* st = const_cast<protocol::rank_state*>(&state_);
+    const std::uint32_t p = detail::load_acquire<std::uint32_t, protocol::state_scope>(&st->poison);
+    if (p == protocol::healthy) return h;
+    h.state = status::poisoned;
+    if (p != protocol::poisoned) return h;
+    h.failure = state_.failure;
+    h.state = failure_status(h.failure);
+    h.message = describe_failure(rank(), h.failure);
+    return h;
+  }
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  static bool overlaps(const void* a, std::uint64_t an, const void* b, std::uint64_t bn) {
+    const auto* x = static_cast<const std::byte*>(a);
+    const auto* y = static_cast<const std::byte*>(b);
+    return x < y + bn && y < x + an;
+  }
+
+  std::string check_common(const void* in, const void* out, std::uint64_t count, std::uint64_t elem) const {
+    if (in == nullptr || out == nullptr) return "input or output pointer is null";
+    if (count == 0) return "count is zero";
+    if (count > opts_.capacity_bytes / elem)
+      return "count " + std::to_string(count) + " exceeds capacity_bytes " + std::to_string(opts_.capacity_bytes) +
+             "; raise options::capacity_bytes on every rank";
+    return {};
+  }
+
+  template <class Body>
+  status run(std::uint32_t signature, std::uint32_t parts, Body&& body) {
+    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
+    protocol::host_team team;
+    auto handle = transport_.handle();
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      session_t s(team, handle, &state_, policy_, signature, p);
+      if (!body(s)) {
+        const health h = check_health();
+        return refuse(h.state == status::ok ? status::poisoned : h.state, h.message);
+      }
+    }
+    return status::ok;
+  }
+
+  status refuse(status s, std::string why) {
+    last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
+    return s;
+  }
+
+  status reject_call(const std::string& why) {
+    protocol::host_team team;
+    auto handle = transport_.handle();
+    session_t s(team, handle, &state_, policy_, 0, 0);
+    if (s.enter()) {
+      protocol::failure_record rec{};
+      rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
+      rec.peer = rank();
+      s.reject(rec);
+    }
+    return refuse(status::invalid_argument, why + "; peers were told to abort this collective and the communicator is now poisoned");
+  }
+
+  options opts_;
+  protocol::window_layout layout_;
+  Transport transport_;
+  protocol::rank_state state_{};
+  protocol::wait_policy policy_{};
+  std::string last_error_;
+};
+
+}  // namespace rocenante::host
