@@ -416,6 +416,7 @@ struct provenance {
   std::string commit = "unknown";
   std::string dirty = "unknown";  // "true", "false" or "unknown"
   std::string date, host = "unknown";
+  std::string commit_source = "none";  // "git", ".deps/commit" or "none"
 };
 
 provenance read_provenance() {
@@ -428,6 +429,17 @@ provenance read_provenance() {
     p.commit = head;
     const std::string st = run_capture(git + " status --porcelain 2>/dev/null", &ok);
     if (ok) p.dirty = st.empty() ? "false" : "true";
+    p.commit_source = "git";
+  } else if (FILE* f = std::fopen(ROCENANTE_SOURCE_DIR "/.deps/commit", "r")) {
+    // A copy of the tree without .git (the GPU machine): the sender wrote the commit, and optionally a second
+    // line "dirty" or "clean", into .deps/commit.
+    char line[128] = {}, state[32] = {};
+    if (std::fscanf(f, "%127s %31s", line, state) >= 1 && std::strlen(line) == 40) {
+      p.commit = line;
+      p.dirty = std::strcmp(state, "dirty") == 0 ? "true" : std::strcmp(state, "clean") == 0 ? "false" : "unknown";
+      p.commit_source = ".deps/commit";
+    }
+    std::fclose(f);
   }
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) == 0) p.host = buf;
@@ -473,8 +485,9 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH);
   std::fprintf(f, "  \"command_line\": %s,\n  \"argv\": [", json_string(cmd).c_str());
   for (int i = 0; i < argc; ++i) std::fprintf(f, "%s%s", i ? ", " : "", json_string(argv[i]).c_str());
-  std::fprintf(f, "],\n  \"git_commit\": %s,\n  \"git_dirty\": %s,\n", json_string(p.commit).c_str(),
-               p.dirty == "unknown" ? "\"unknown\"" : p.dirty.c_str());
+  std::fprintf(f, "],\n  \"git_commit\": %s,\n  \"git_dirty\": %s,\n  \"git_commit_source\": %s,\n",
+               json_string(p.commit).c_str(), p.dirty == "unknown" ? "\"unknown\"" : p.dirty.c_str(),
+               json_string(p.commit_source).c_str());
   std::fprintf(f, "  \"date\": %s,\n  \"host\": %s,\n  \"transport\": %s,\n  \"ranks\": %d,\n",
                json_string(p.date).c_str(), json_string(p.host).c_str(), json_string(to_string(cfg.backend)).c_str(),
                cfg.ranks);

@@ -352,6 +352,7 @@ void run_rank(bootstrap::in_process& boot, world& w) {
     CHECK_CUDA(cudaStreamEndCapture(s, &g));
     CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
     CHECK_CUDA(cudaGraphDestroy(g));
+    boot.barrier();  // instantiation may allocate: nobody launches before every rank has instantiated
     CHECK_CUDA(cudaGraphLaunch(exec, s));  // warm
     for (int l = 0; l < graph_launches; ++l) {
       CHECK_CUDA(cudaEventRecord(e0[l], s));

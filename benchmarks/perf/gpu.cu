@@ -205,6 +205,8 @@ row measure(bootstrap::in_process& boot, const config& cfg, rank_buffers& b, wor
     }
     ok = ok && cuda(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
     if (g) cudaGraphDestroy(g);
+    // Instantiation may allocate: no rank launches its graph before every rank has instantiated (harness rule).
+    boot.barrier();
     // A rank whose graph failed still launches nothing: its peers' waits end at the timeout and poison them.
     if (ok) cuda(cudaGraphLaunch(exec, s), "cudaGraphLaunch (warm-up)");
     cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");

@@ -7,7 +7,9 @@
 # Usage (repository root, on the GPU machine):  bash benchmarks/perf/h200-sweep.sh [all|perf|examples]
 # Before: copy NCCL's header next to the other carried headers (the GPU machine has libnccl.so.2 in the torch
 # environment but no nccl.h):  mkdir -p .deps/include && cp /usr/local/cuda/include/nccl.h .deps/include/
-# Without it the NCCL rows are not built (the output says so); everything else runs.
+# Without it the NCCL rows are not built (the output says so); everything else runs. The copy of the tree on the
+# GPU machine has no .git: write the commit for the receipts first, on this machine:
+#   git rev-parse HEAD > .deps/commit; (git status --porcelain | grep -q . && echo dirty || echo clean) >> .deps/commit
 # Expected time on one H200: build ~1-2 min (16 cores); sweeps ~60-90 s; examples ~20 s.
 set -uo pipefail
 mode=${1:-all}
