@@ -1,0 +1,88 @@
+// kernel/nvfp4.cuh — ready-made __global__ kernels for NVFP4: the codec over a whole tensor (grid-stride, one
+// thread per 16-element block), the standalone quantizing epilogue over rows (a warp per row), and the NVFP4
+// collectives of algorithm/one_shot_fp4.hpp (one CTA per part, gridDim.x == parts, like kernel/collectives.cuh).
+// Every kernel runs the same host/device functions the host executor runs, so the bytes are the host's bytes.
+#pragma once
+
+#include "../algorithm/one_shot_fp4.hpp"
+#include "../device/block_collectives.hpp"
+#include "../device/block_team.hpp"
+#include "collectives.cuh"
+
+namespace rocenante::kernel {
+
+/// data/scales (linear) = NVFP4 of x[0..count) with global scale gs. Any grid; one thread per block.
+template <class T>
+__global__ void nvfp4_quantize(const T* x, std::uint64_t count, float gs, std::uint8_t* data, std::uint8_t* scales) {
+  const std::uint64_t nb = reduce::nvfp4::blocks(count);
+  for (std::uint64_t b = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; b < nb; b += std::uint64_t{gridDim.x} * blockDim.x)
+    reduce::nvfp4::quantize_block(x, count, b, gs, data, scales);
+}
+
+/// out[0..count) = dequantized data/scales (linear). Any grid; one thread per block.
+__global__ inline void nvfp4_dequantize(const std::uint8_t* data, const std::uint8_t* scales, std::uint64_t count, float gs,
+                                        float* out) {
+  const std::uint64_t nb = reduce::nvfp4::blocks(count);
+  for (std::uint64_t b = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; b < nb; b += std::uint64_t{gridDim.x} * blockDim.x)
+    reduce::nvfp4::dequantize_block(data, scales, count, b, gs, out);
+}
+
+/// The quantizing epilogue without communication: e applied to in (rows x cols), as the all-reduce applies it to
+/// the sum of one rank. Any grid of whole warps; CTA c owns rows split(rows, gridDim.x, c); the last CTA zeroes the
+/// swizzled padding rows.
+template <class T>
+__global__ void __launch_bounds__(threads_per_block) nvfp4_quantize_rows(const T* in, algorithm::nvfp4_epilogue<T> e) {
+  device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  const algorithm::range rows = algorithm::split(e.rows, gridDim.x, blockIdx.x);
+  const std::uint64_t count = e.rows * e.cols;
+  auto src = [&](std::uint64_t m, std::uint64_t k, float (&h)[16]) {
+    const std::uint64_t b = (m * e.cols) / 16 + k;
+    algorithm::fp4_detail::load_block(in, count, b, h);
+    if (e.residual) {
+      float v[16];
+      algorithm::fp4_detail::load_block(e.residual, count, b, v);
+      ROCENANTE_UNROLL
+      for (int i = 0; i < 16; ++i) h[i] = reduce::nvfp4::add_rn(h[i], v[i]);
+    }
+  };
+  algorithm::fp4_detail::quantize_rows(team, e, src, rows.begin, rows.end, blockIdx.x == gridDim.x - 1);
+}
+
+/// NVFP4-wire all-reduce (one_shot_fp4::all_reduce), one CTA per part.
+template <class R, class Handle>
+__global__ void __launch_bounds__(threads_per_block, 1)
+    nvfp4_all_reduce(device::context<Handle> ctx, const typename R::value_type* in, typename R::value_type* out,
+                     std::uint64_t count) {
+  __shared__ float scratch[threads_per_block / 32];
+  device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                     static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
+                                                     static_cast<std::uint32_t>(R::dtype_id), count);
+  protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
+  (void)algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, gridDim.x, scratch);
+}
+
+/// Quantizing all-reduce (one_shot_fp4::all_reduce_quantize), one CTA per part (rows).
+template <class T, class Handle>
+__global__ void __launch_bounds__(threads_per_block, 1)
+    nvfp4_all_reduce_quantize(device::context<Handle> ctx, const T* in, algorithm::nvfp4_epilogue<T> e) {
+  device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                     static_cast<std::uint32_t>(algorithm::one_shot_rows_id),
+                                                     static_cast<std::uint32_t>(reduce::sum<T>::dtype_id), e.rows * e.cols);
+  protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
+  (void)algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, gridDim.x);
+}
+
+/// NVFP4 all-gather (one_shot_fp4::all_gather_nvfp4), one CTA per part (rows).
+template <class Handle>
+__global__ void __launch_bounds__(threads_per_block, 1) nvfp4_all_gather(device::context<Handle> ctx, algorithm::nvfp4_gather g) {
+  device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  const std::uint32_t sig = protocol::call_signature(protocol::collective::all_gather,
+                                                     static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
+                                                     static_cast<std::uint32_t>(dtype::nvfp4), g.rows * g.cols);
+  protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
+  (void)algorithm::one_shot_fp4::all_gather_nvfp4(s, g, gridDim.x);
+}
+
+}  // namespace rocenante::kernel

@@ -1,0 +1,468 @@
+// GPU suite, NVFP4 (issue 5): the GPU codec bit for bit against the host codec on 10^8 elements, and the NVFP4
+// collectives (compressed all-reduce, quantizing epilogue with residual + RMSNorm, NVFP4 all-gather) byte for byte
+// against the host executor (host::nvfp4_communicator on CPU threads, which the host suite checks against models
+// and a float64 reference), with several ranks on one GPU, direct (cuda_loopback) and proxy (cuda_loopback_proxy).
+//
+// Run (H200, about 20-40 s, most of it the host side of the 10^8 comparison):
+//   build/tests/gpu/test_gpu_nvfp4            (or: meson test -C build --suite gpu nvfp4)
+// Every failure prints what differed: first mismatching index, both values, rank, shape, transport.
+//
+// Harness rule (docs/design.md): between set-up and teardown a rank's thread makes no device-synchronising call;
+// buffers are allocated before a barrier, host buffers are pinned, copies are async on the rank's stream.
+#include "gpu_main.hpp"
+
+#include <rocenante/gpu/nvfp4.hpp>
+#include <rocenante/host/nvfp4.hpp>
+#include <rocenante/host/spawn.hpp>
+#include <rocenante/transport/loopback.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace rocenante;
+namespace fp4 = rocenante::reduce::nvfp4;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+#define CUDA_REQUIRE(call)                                                                                    \
+  do {                                                                                                        \
+    const cudaError_t e_ = (call);                                                                            \
+    REQUIRE_MESSAGE(e_ == cudaSuccess, #call << " failed: " << cudaGetErrorString(e_));                       \
+  } while (0)
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// float view of any element type, for messages
+template <class T>
+float nv_float(T v) {
+  return fp4::to_float(v);
+}
+
+/// First index where two byte arrays differ, or -1.
+long long first_diff(const void* a, const void* b, std::size_t bytes) {
+  if (std::memcmp(a, b, bytes) == 0) return -1;
+  const auto* x = static_cast<const unsigned char*>(a);
+  const auto* y = static_cast<const unsigned char*>(b);
+  for (std::size_t i = 0; i < bytes; ++i)
+    if (x[i] != y[i]) return static_cast<long long>(i);
+  return -1;
+}
+
+/// Inputs that stress the codec: per 4096-element chunk a scale 2^[-30, 30], Gaussian values, and sprinkled
+/// specials (all-zero blocks, NaN, +-Inf, the largest floats, subnormals, exact E2M1 midpoints).
+std::vector<float> codec_input(std::size_t count, std::uint32_t seed) {
+  std::vector<float> x(count);
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-30, 30);
+  float sigma = 1.0f;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i % 4096 == 0) sigma = std::ldexp(1.0f, ex(g));
+    x[i] = nd(g) * sigma;
+  }
+  std::uniform_int_distribution<std::size_t> at(0, count - 1);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 3.4e38f, -3.4e38f, 1e-40f, -0.0f, 0.25f, 2.5f, 5.0f};
+  for (int k = 0; k < 2000; ++k) x[at(g)] = specials[k % 10];
+  for (int k = 0; k < 2000; ++k) {  // all-zero blocks
+    const std::size_t b = at(g) / 16 * 16;
+    for (std::size_t i = b; i < b + 16 && i < count; ++i) x[i] = 0.0f;
+  }
+  return x;
+}
+
+template <class T>
+void check_codec(const std::vector<T>& x, float gs, const char* what) {
+  const std::size_t count = x.size();
+  const std::size_t db = fp4::data_bytes(count), sb = fp4::blocks(count);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint8_t> hd(db), hs(sb);
+  fp4::quantize(x.data(), count, gs, hd.data(), hs.data());
+  std::vector<float> hx(count);
+  fp4::dequantize(hd.data(), hs.data(), count, gs, hx.data());
+  const double host_s = seconds_since(t0);
+
+  T* dx = nullptr;
+  std::uint8_t *dd = nullptr, *ds = nullptr;
+  float* dy = nullptr;
+  CUDA_REQUIRE(cudaMalloc(&dx, count * sizeof(T)));
+  CUDA_REQUIRE(cudaMalloc(&dd, db));
+  CUDA_REQUIRE(cudaMalloc(&ds, sb));
+  CUDA_REQUIRE(cudaMalloc(&dy, count * sizeof(float)));
+  CUDA_REQUIRE(cudaMemcpy(dx, x.data(), count * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_REQUIRE(cudaMemset(dd, 0xcd, db));
+  CUDA_REQUIRE(cudaMemset(ds, 0xcd, sb));
+  kernel::nvfp4_quantize<T><<<1024, 256>>>(dx, count, gs, dd, ds);
+  CUDA_REQUIRE(cudaGetLastError());
+  // decode the host's encoding on the GPU, so that a decode mismatch is not hidden behind an encode mismatch
+  std::uint8_t *hd_dev = nullptr, *hs_dev = nullptr;
+  CUDA_REQUIRE(cudaMalloc(&hd_dev, db));
+  CUDA_REQUIRE(cudaMalloc(&hs_dev, sb));
+  CUDA_REQUIRE(cudaMemcpy(hd_dev, hd.data(), db, cudaMemcpyHostToDevice));
+  CUDA_REQUIRE(cudaMemcpy(hs_dev, hs.data(), sb, cudaMemcpyHostToDevice));
+  kernel::nvfp4_dequantize<<<1024, 256>>>(hd_dev, hs_dev, count, gs, dy);
+  CUDA_REQUIRE(cudaGetLastError());
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  std::vector<std::uint8_t> gd(db), gsf(sb);
+  std::vector<float> gx(count);
+  CUDA_REQUIRE(cudaMemcpy(gd.data(), dd, db, cudaMemcpyDeviceToHost));
+  CUDA_REQUIRE(cudaMemcpy(gsf.data(), ds, sb, cudaMemcpyDeviceToHost));
+  CUDA_REQUIRE(cudaMemcpy(gx.data(), dy, count * sizeof(float), cudaMemcpyDeviceToHost));
+  cudaFree(dx), cudaFree(dd), cudaFree(ds), cudaFree(dy), cudaFree(hd_dev), cudaFree(hs_dev);
+
+  MESSAGE(what << ": " << count << " elements, gs " << gs << ", host codec took " << host_s << " s");
+  const long long d1 = first_diff(gd.data(), hd.data(), db);
+  CHECK_MESSAGE(d1 < 0, what << ": packed codes differ first at byte " << d1 << " (element " << 2 * d1 << ", x = "
+                             << (d1 >= 0 ? nv_float(x[2 * d1]) : 0.0f) << "): GPU 0x" << std::hex
+                             << (d1 >= 0 ? int(gd[d1]) : 0) << " host 0x" << (d1 >= 0 ? int(hd[d1]) : 0));
+  const long long d2 = first_diff(gsf.data(), hs.data(), sb);
+  CHECK_MESSAGE(d2 < 0, what << ": scales differ first at block " << d2 << ": GPU 0x" << std::hex
+                             << (d2 >= 0 ? int(gsf[d2]) : 0) << " host 0x" << (d2 >= 0 ? int(hs[d2]) : 0));
+  std::size_t bad = 0, first = count;
+  for (std::size_t i = 0; i < count; ++i) {
+    const bool same = std::memcmp(&gx[i], &hx[i], 4) == 0 || (std::isnan(gx[i]) && std::isnan(hx[i]));
+    if (!same && bad++ == 0) first = i;
+  }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " decoded values differ, first at " << first << ": GPU "
+                               << (bad ? gx[first] : 0.0f) << " host " << (bad ? hx[first] : 0.0f));
+}
+
+}  // namespace
+
+TEST_SUITE("gpu.nvfp4.codec") {
+  TEST_CASE("GPU quantize and dequantize are bit-identical to the host codec on 10^8 random elements") {
+    const std::size_t count = 100'000'000;
+    const auto x = codec_input(count, 2026);
+    check_codec(x, fp4::global_scale_for(fp4::amax_finite(x.data(), count)), "fp32 x 1e8, tensor scale");
+  }
+  TEST_CASE("bf16 input, saturating and tiny global scales, counts not a multiple of 16") {
+    auto xf = codec_input(10'000'003, 7);
+    std::vector<bf16> x(xf.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = __float2bfloat16_rn(xf[i]);
+    check_codec(x, 1e30f, "bf16 x 1e7+3, gs 1e30 (saturates)");
+    check_codec(x, 1e-30f, "bf16 x 1e7+3, gs 1e-30 (underflows)");
+    std::vector<float> small(xf.begin(), xf.begin() + 1001);
+    check_codec(small, 3.0f, "fp32 x 1001, gs 3");
+  }
+}
+
+// --- collectives: GPU ranks vs the host executor ------------------------------------------------------------------
+
+namespace {
+
+options nvfp4_options(std::size_t capacity) {
+  options o = gpu::default_options();
+  o.capacity_bytes = capacity;
+  o.timeout_ns = 5'000'000'000ull;
+  return o;
+}
+
+std::vector<bf16> random_bf16(std::size_t n, std::uint32_t seed, float sigma) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<bf16> v(n);
+  for (auto& x : v) x = __float2bfloat16_rn(d(g));
+  return v;
+}
+
+struct dev_mem {
+  void* p = nullptr;
+  explicit dev_mem(std::size_t bytes) { cudaMalloc(&p, bytes + 64); }
+  ~dev_mem() { cudaFree(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+struct pinned_mem {
+  void* p = nullptr;
+  explicit pinned_mem(std::size_t bytes) { cudaMallocHost(&p, bytes + 64); }
+  ~pinned_mem() { cudaFreeHost(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+/// One compressed all-reduce of `count` bf16 per rank on the GPU (Transport) and on the host executor: every GPU
+/// rank's output must equal the host's rank-0 output byte for byte.
+template <class Transport>
+void wire_case(int n, std::size_t count, std::uint32_t seed) {
+  const options o = nvfp4_options(std::max<std::size_t>(count * 2, 4096));
+  std::vector<std::vector<bf16>> in(n), gpu_out(n), host_out(n);
+  for (int r = 0; r < n; ++r) in[r] = random_bf16(count, seed + r, 1.0f + r);
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    host::nvfp4_communicator<transport::loopback> c(b, o);
+    host_out[b.rank()].resize(count);
+    if (c.all_reduce_fp4(in[b.rank()].data(), host_out[b.rank()].data(), count) != status::ok)
+      FAIL("host executor failed: " << c.last_error());
+  });
+  std::mutex mu;
+  std::vector<std::string> errors;
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    gpu::communicator<Transport> comm(b, o);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    dev_mem din(count * 2), dout(count * 2);
+    pinned_mem h(count * 2);
+    std::memcpy(h.p, in[r].data(), count * 2);
+    cudaDeviceSynchronize();
+    b.barrier();  // no device-synchronising call from here on
+    cudaMemcpyAsync(din.p, h.p, count * 2, cudaMemcpyHostToDevice, st);
+    cudaMemsetAsync(dout.p, 0xff, count * 2, st);
+    std::string why;
+    const status s = gpu::all_reduce_fp4(comm, din.as<bf16>(), dout.as<bf16>(), count, st, &why);
+    cudaMemcpyAsync(h.p, dout.p, count * 2, cudaMemcpyDeviceToHost, st);
+    const cudaError_t e = cudaStreamSynchronize(st);
+    gpu_out[r].assign(h.as<bf16>(), h.as<bf16>() + count);
+    const auto health = comm.check_health();
+    if (s != status::ok || e != cudaSuccess || !health.ok()) {
+      std::lock_guard lock(mu);
+      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
+                       cudaGetErrorString(e) + " health " + health.message);
+    }
+    b.barrier();
+    cudaStreamDestroy(st);
+  });
+  for (auto& e : errors) FAIL_CHECK(e);
+  for (int r = 0; r < n; ++r) {
+    const long long d = first_diff(gpu_out[r].data(), host_out[0].data(), count * 2);
+    CHECK_MESSAGE(d < 0, Transport::name << " n=" << n << " count=" << count << ": GPU rank " << r
+                                         << " differs from the host executor first at element " << d / 2 << ": GPU "
+                                         << (d >= 0 ? __bfloat162float(gpu_out[r][d / 2]) : 0.f) << " host "
+                                         << (d >= 0 ? __bfloat162float(host_out[0][d / 2]) : 0.f));
+  }
+}
+
+struct epi_shape {
+  std::size_t rows, cols;
+  bool residual, residual_out, norm, weight;
+  fp4::sf_layout layout;
+};
+
+/// The quantizing all-reduce on the GPU vs the host executor, and the standalone epilogue kernel (n = 1) vs the
+/// host executor at one rank.
+template <class Transport>
+void epilogue_case(int n, const epi_shape& c, std::uint32_t seed) {
+  const std::size_t count = c.rows * c.cols, sfb = fp4::sf_bytes(c.layout, c.rows, c.cols);
+  const options o = nvfp4_options(count * 2);
+  std::vector<std::vector<bf16>> in(n);
+  for (int r = 0; r < n; ++r) in[r] = random_bf16(count, seed + r, 1.0f);
+  const auto res = random_bf16(count, seed + 100, 0.5f);
+  auto w = random_bf16(c.cols, seed + 101, 0.2f);
+  for (auto& x : w) x = __float2bfloat16_rn(1.0f + __bfloat162float(x));
+  const float gs = 448.0f * 6.0f / (c.norm ? 8.0f : 6.0f * std::sqrt(float(n)));
+  auto make_epi = [&](bf16* rout, std::uint8_t* data, std::uint8_t* sc, const bf16* resp, const bf16* wp) {
+    algorithm::nvfp4_epilogue<bf16> e;
+    e.rows = c.rows;
+    e.cols = c.cols;
+    e.residual = c.residual ? resp : nullptr;
+    e.residual_out = c.residual_out ? rout : nullptr;
+    e.rms_norm = c.norm;
+    e.weight = c.weight ? wp : nullptr;
+    e.epsilon = 1e-6f;
+    e.global_scale = gs;
+    e.out_data = data;
+    e.out_scales = sc;
+    e.layout = c.layout;
+    return e;
+  };
+  struct outputs {
+    std::vector<std::uint8_t> data, sc;
+    std::vector<bf16> rout;
+  };
+  std::vector<outputs> host_out(n), gpu_out(n);
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    auto& ho = host_out[b.rank()];
+    ho.data.assign(count / 2, 0xcd);
+    ho.sc.assign(sfb, 0xcd);
+    ho.rout.assign(count, bf16{});
+    host::nvfp4_communicator<transport::loopback> comm(b, o);
+    if (comm.all_reduce_quantize(in[b.rank()].data(), make_epi(ho.rout.data(), ho.data.data(), ho.sc.data(), res.data(), w.data())) != status::ok)
+      FAIL("host executor failed: " << comm.last_error());
+  });
+  std::mutex mu;
+  std::vector<std::string> errors;
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    gpu::communicator<Transport> comm(b, o);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    dev_mem din(count * 2), dres(count * 2), dw(c.cols * 2), drout(count * 2), dd(count / 2), ds(sfb);
+    pinned_mem hin(count * 2), hres(count * 2), hw(c.cols * 2), hrout(count * 2), hd(count / 2), hs(sfb);
+    std::memcpy(hin.p, in[r].data(), count * 2);
+    std::memcpy(hres.p, res.data(), count * 2);
+    std::memcpy(hw.p, w.data(), c.cols * 2);
+    cudaDeviceSynchronize();
+    b.barrier();
+    cudaMemcpyAsync(din.p, hin.p, count * 2, cudaMemcpyHostToDevice, st);
+    cudaMemcpyAsync(dres.p, hres.p, count * 2, cudaMemcpyHostToDevice, st);
+    cudaMemcpyAsync(dw.p, hw.p, c.cols * 2, cudaMemcpyHostToDevice, st);
+    cudaMemsetAsync(dd.p, 0xcd, count / 2, st);
+    cudaMemsetAsync(ds.p, 0xcd, sfb, st);
+    cudaMemsetAsync(drout.p, 0, count * 2, st);
+    std::string why;
+    const auto e = make_epi(drout.as<bf16>(), dd.as<std::uint8_t>(), ds.as<std::uint8_t>(), dres.as<bf16>(), dw.as<bf16>());
+    const status s = gpu::all_reduce_quantize(comm, din.as<bf16>(), e, st, &why);
+    cudaMemcpyAsync(hd.p, dd.p, count / 2, cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(hs.p, ds.p, sfb, cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(hrout.p, drout.p, count * 2, cudaMemcpyDeviceToHost, st);
+    const cudaError_t ce = cudaStreamSynchronize(st);
+    auto& go = gpu_out[r];
+    go.data.assign(hd.as<std::uint8_t>(), hd.as<std::uint8_t>() + count / 2);
+    go.sc.assign(hs.as<std::uint8_t>(), hs.as<std::uint8_t>() + sfb);
+    go.rout.assign(hrout.as<bf16>(), hrout.as<bf16>() + count);
+    const auto health = comm.check_health();
+    if (s != status::ok || ce != cudaSuccess || !health.ok()) {
+      std::lock_guard lock(mu);
+      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
+                       cudaGetErrorString(ce) + " health " + health.message);
+    }
+    b.barrier();
+    cudaStreamDestroy(st);
+  });
+  for (auto& e : errors) FAIL_CHECK(e);
+  const std::string where = std::string(Transport::name) + " n=" + std::to_string(n) + " rows=" + std::to_string(c.rows) +
+                            " cols=" + std::to_string(c.cols) + (c.norm ? " rmsnorm" : "") + (c.residual ? " residual" : "") +
+                            (c.layout == fp4::sf_layout::swizzled_128x4 ? " swizzled" : " linear");
+  for (int r = 0; r < n; ++r) {
+    const long long d1 = first_diff(gpu_out[r].data.data(), host_out[0].data.data(), count / 2);
+    CHECK_MESSAGE(d1 < 0, where << ": rank " << r << " codes differ from the host first at byte " << d1);
+    const long long d2 = first_diff(gpu_out[r].sc.data(), host_out[0].sc.data(), sfb);
+    CHECK_MESSAGE(d2 < 0, where << ": rank " << r << " scales differ from the host first at byte " << d2);
+    if (c.residual_out) {
+      const long long d3 = first_diff(gpu_out[r].rout.data(), host_out[0].rout.data(), count * 2);
+      CHECK_MESSAGE(d3 < 0, where << ": rank " << r << " residual output differs first at element " << d3 / 2);
+    }
+  }
+  if (n == 1) {  // the standalone kernel the benchmark measures: many CTAs, same bytes
+    dev_mem din(count * 2), dres(count * 2), dw(c.cols * 2), drout(count * 2), dd(count / 2), ds(sfb);
+    CUDA_REQUIRE(cudaMemcpy(din.p, in[0].data(), count * 2, cudaMemcpyHostToDevice));
+    CUDA_REQUIRE(cudaMemcpy(dres.p, res.data(), count * 2, cudaMemcpyHostToDevice));
+    CUDA_REQUIRE(cudaMemcpy(dw.p, w.data(), c.cols * 2, cudaMemcpyHostToDevice));
+    CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
+    const auto e = make_epi(drout.as<bf16>(), dd.as<std::uint8_t>(), ds.as<std::uint8_t>(), dres.as<bf16>(), dw.as<bf16>());
+    kernel::nvfp4_quantize_rows<bf16><<<264, 256>>>(din.as<bf16>(), e);
+    CUDA_REQUIRE(cudaGetLastError());
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    std::vector<std::uint8_t> d(count / 2), s(sfb);
+    CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
+    CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
+    CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": standalone kernel codes differ");
+    CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": standalone kernel scales differ");
+  }
+}
+
+template <class Transport>
+void gather_case(int n, std::size_t rows, std::size_t cols, fp4::sf_layout in_l, fp4::sf_layout out_l, std::uint32_t seed) {
+  const std::size_t kb = cols / 16, db = rows * cols / 2, sfi = fp4::sf_bytes(in_l, rows, cols);
+  const std::size_t odb = n * db, osf = fp4::sf_bytes(out_l, n * rows, cols);
+  const options o = nvfp4_options(rows * cols);
+  std::vector<std::vector<std::uint8_t>> data(n), sc(n), host_d(n), host_s(n), gpu_d(n), gpu_s(n);
+  for (int q = 0; q < n; ++q) {
+    std::mt19937 g(seed + q);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(rows * cols);
+    for (auto& v : x) v = nd(g);
+    data[q].resize(db);
+    std::vector<std::uint8_t> lin(rows * kb);
+    fp4::quantize(x.data(), x.size(), 500.0f, data[q].data(), lin.data());
+    sc[q].assign(sfi, 0);
+    for (std::size_t m = 0; m < rows; ++m)
+      for (std::size_t k = 0; k < kb; ++k) sc[q][fp4::sf_offset(in_l, m, k, cols)] = lin[m * kb + k];
+  }
+  auto make = [&](const std::uint8_t* d, const std::uint8_t* s, std::uint8_t* od, std::uint8_t* os) {
+    algorithm::nvfp4_gather g;
+    g.data = d;
+    g.scales = s;
+    g.in_layout = in_l;
+    g.rows = rows;
+    g.cols = cols;
+    g.out_data = od;
+    g.out_scales = os;
+    g.out_layout = out_l;
+    return g;
+  };
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    host::nvfp4_communicator<transport::loopback> comm(b, o);
+    host_d[r].assign(odb, 0xcd);
+    host_s[r].assign(osf, 0xcd);
+    if (comm.all_gather_nvfp4(make(data[r].data(), sc[r].data(), host_d[r].data(), host_s[r].data())) != status::ok)
+      FAIL("host executor failed: " << comm.last_error());
+  });
+  std::mutex mu;
+  std::vector<std::string> errors;
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    gpu::communicator<Transport> comm(b, o);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    dev_mem dd(db), ds(sfi), dod(odb), dos(osf);
+    pinned_mem hd(db), hs(sfi), hod(odb), hos(osf);
+    std::memcpy(hd.p, data[r].data(), db);
+    std::memcpy(hs.p, sc[r].data(), sfi);
+    cudaDeviceSynchronize();
+    b.barrier();
+    cudaMemcpyAsync(dd.p, hd.p, db, cudaMemcpyHostToDevice, st);
+    cudaMemcpyAsync(ds.p, hs.p, sfi, cudaMemcpyHostToDevice, st);
+    cudaMemsetAsync(dod.p, 0xcd, odb, st);
+    cudaMemsetAsync(dos.p, 0xcd, osf, st);
+    std::string why;
+    const status s = gpu::all_gather_nvfp4(comm, make(dd.as<std::uint8_t>(), ds.as<std::uint8_t>(), dod.as<std::uint8_t>(),
+                                                      dos.as<std::uint8_t>()), st, &why);
+    cudaMemcpyAsync(hod.p, dod.p, odb, cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(hos.p, dos.p, osf, cudaMemcpyDeviceToHost, st);
+    const cudaError_t ce = cudaStreamSynchronize(st);
+    gpu_d[r].assign(hod.as<std::uint8_t>(), hod.as<std::uint8_t>() + odb);
+    gpu_s[r].assign(hos.as<std::uint8_t>(), hos.as<std::uint8_t>() + osf);
+    const auto health = comm.check_health();
+    if (s != status::ok || ce != cudaSuccess || !health.ok()) {
+      std::lock_guard lock(mu);
+      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
+                       cudaGetErrorString(ce) + " health " + health.message);
+    }
+    b.barrier();
+    cudaStreamDestroy(st);
+  });
+  for (auto& e : errors) FAIL_CHECK(e);
+  for (int r = 0; r < n; ++r) {
+    CHECK_MESSAGE(first_diff(gpu_d[r].data(), host_d[0].data(), odb) < 0,
+                  Transport::name << " all-gather n=" << n << ": rank " << r << " codes differ at byte " << first_diff(gpu_d[r].data(), host_d[0].data(), odb));
+    CHECK_MESSAGE(first_diff(gpu_s[r].data(), host_s[0].data(), osf) < 0,
+                  Transport::name << " all-gather n=" << n << ": rank " << r << " scales differ at byte " << first_diff(gpu_s[r].data(), host_s[0].data(), osf));
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("gpu.nvfp4.collectives") {
+  TEST_CASE("NVFP4-wire all-reduce: every GPU rank returns the host executor's bytes (direct and proxy mode)") {
+    for (int n : {2, 4})
+      for (std::size_t count : {1ul, 17ul, 4099ul, 24576ul, (1ul << 20) + 5}) {
+        wire_case<transport::cuda_loopback>(n, count, 10 + n);
+        wire_case<transport::cuda_loopback_proxy>(n, count, 20 + n);
+      }
+  }
+  TEST_CASE("quantizing epilogue (sum, residual, RMSNorm, NVFP4, both scale layouts) equals the host executor") {
+    for (int n : {1, 2, 4}) {
+      epilogue_case<transport::cuda_loopback>(n, {130, 2048, true, true, true, true, fp4::sf_layout::swizzled_128x4}, 30 + n);
+      epilogue_case<transport::cuda_loopback>(n, {300, 4096, true, true, false, false, fp4::sf_layout::linear}, 40 + n);
+      epilogue_case<transport::cuda_loopback>(n, {7, 80, false, false, true, false, fp4::sf_layout::swizzled_128x4}, 50 + n);
+    }
+    epilogue_case<transport::cuda_loopback_proxy>(2, {64, 1024, true, true, true, true, fp4::sf_layout::swizzled_128x4}, 60);
+  }
+  TEST_CASE("NVFP4 all-gather: rows concatenated and scales re-laid out exactly as on the host") {
+    for (int n : {2, 4}) {
+      gather_case<transport::cuda_loopback>(n, 300, 4096, fp4::sf_layout::linear, fp4::sf_layout::swizzled_128x4, 70 + n);
+      gather_case<transport::cuda_loopback>(n, 45, 96, fp4::sf_layout::swizzled_128x4, fp4::sf_layout::linear, 80 + n);
+    }
+    gather_case<transport::cuda_loopback_proxy>(2, 64, 512, fp4::sf_layout::linear, fp4::sf_layout::swizzled_128x4, 90);
+  }
+}
