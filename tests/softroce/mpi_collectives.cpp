@@ -13,6 +13,9 @@
 //   mpi_collectives kill VICTIM AT T_MS FILE   VICTIM raises SIGKILL at collective AT (after writing its clock to
 //                                              FILE); every survivor must fail, naming VICTIM, within T_MS + 2 s,
 //                                              and its teardown must return within 3 s
+//   mpi_collectives cut VICTIM AT CMD          rank 0 runs CMD (cut VICTIM's link) before collective AT; with a 30 s
+//                                              protocol timeout, every rank must fail within 5 s through the queue
+//                                              pairs' completion errors, the survivors naming VICTIM
 //   mpi_collectives stop                       (a) rank 0's proxy paused across two doorbells, then resumed;
 //                                              (b) rank 1 stopped with SIGSTOP five times for 300 ms during 300
 //                                              collectives, resumed with SIGCONT: every collective exact
@@ -327,6 +330,9 @@ int mode_kill(int victim, long at, std::uint64_t timeout_ms, const std::string& 
     }
     const double after_s = t_kill ? static_cast<double>(t_fail - t_kill) / 1e9 : -1;
     const std::string transport_msg = comm->transport().failure_message();
+    // detail::now_ns is steady_clock, which is CLOCK_MONOTONIC on Linux: comparable with the victim's clock.
+    const std::uint64_t t_cqe = comm->transport().failure_time_ns();
+    const double cqe_s = t_cqe && t_kill ? (static_cast<double>(t_cqe) - static_cast<double>(t_kill)) / 1e9 : -1;
     const std::uint64_t t_td = mono_ns();
     comm.reset();  // teardown with a dead peer
     const double teardown_s = static_cast<double>(mono_ns() - t_td) / 1e9;
@@ -342,14 +348,67 @@ int mode_kill(int victim, long at, std::uint64_t timeout_ms, const std::string& 
                 g_failures ? "FAIL" : "PASS", g_rank, it, to_string(s), after_s, victim, teardown_s, h.message.c_str(),
                 transport_msg.empty() ? "(no completion error seen)" : transport_msg.c_str());
     std::printf("JSON {\"mode\":\"kill\",\"rank\":%d,\"victim\":%d,\"detect_s\":%.3f,\"teardown_s\":%.3f,"
-                "\"completion_error\":%s,\"timeout_ms\":%llu}\n",
-                g_rank, victim, after_s, teardown_s, transport_msg.empty() ? "false" : "true",
+                "\"completion_error_s\":%.3f,\"timeout_ms\":%llu}\n",
+                g_rank, victim, after_s, teardown_s, cqe_s,
                 static_cast<unsigned long long>(timeout_ms));
     break;
   }
   std::fflush(stdout);
   // A peer is dead: MPI_Finalize could wait for it. The survivors' verdict is on stdout; exit directly.
   ::_exit(g_failures ? 1 : 0);
+}
+
+// ---- cut ---------------------------------------------------------------------------------------------------
+
+/// Rank 0 runs CMD (e.g. 100% netem loss on the victim's link) before collective AT. The protocol timeout is 30 s,
+/// so a failure within 5 s can only come from the queue pairs: their retries run out (IBV_WC_RETRY_EXC_ERR) and the
+/// proxy turns that into the fail-stop path. Every rank must fail within 5 s; every rank but the victim must name it.
+int mode_cut(int victim, long at, const std::string& cmd) {
+  options o = test_options();
+  o.timeout_ns = 30'000'000'000ull;
+  bootstrap::mpi boot;
+  auto comm = std::make_unique<comm_t>(boot, o);
+  std::vector<float> in(1024, 1.0f), out(1024);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t_cut = 0, t_fail = 0;
+  int peer = -1;
+  std::string msg, tmsg;
+  for (long it = 0; it < at + 100000; ++it) {
+    if (g_rank == 0 && it == at) {
+      t_cut = static_cast<double>(mono_ns()) / 1e9;
+      check(std::system(cmd.c_str()) == 0, "command failed: " + cmd);
+    }
+    const status s = comm->all_reduce(in.data(), out.data(), in.size());
+    if (s == status::ok) continue;
+    t_fail = static_cast<double>(mono_ns()) / 1e9;
+    const host::health h = comm->check_health();
+    peer = h.failure.peer;
+    msg = h.message;
+    tmsg = comm->transport().failure_message();
+    break;
+  }
+  const std::uint64_t t_td = mono_ns();
+  comm.reset();
+  const double teardown_s = static_cast<double>(mono_ns() - t_td) / 1e9;
+  MPI_Bcast(&t_cut, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  const double after = t_fail > 0 ? t_fail - t_cut : -1;
+  const std::string victim_name = "rank " + std::to_string(victim);
+  check(after >= 0 && after < 5.0, "failure " + std::to_string(after) + " s after the cut (bound 5 s, protocol timeout 30 s)");
+  if (g_rank != victim) {
+    check(peer == victim, "health names rank " + std::to_string(peer) + ", not " + victim_name);
+    check(msg.find(victim_name) != std::string::npos, "health message does not name " + victim_name);
+  }
+  check(!tmsg.empty() || g_rank != 0, "rank 0 saw no completion error");
+  if (g_rank == 0) check(tmsg.find(victim_name) != std::string::npos, "rank 0's completion error does not name " + victim_name);
+  check(teardown_s < 3.0, "teardown took " + std::to_string(teardown_s) + " s");
+  std::printf("%s rank %d: failed %.3f s after the cut of rank %d's link, naming rank %d; teardown %.3f s\n  health: %s\n"
+              "  transport: %s\n",
+              g_failures ? "FAIL" : "PASS", g_rank, after, victim, peer, teardown_s, msg.c_str(),
+              tmsg.empty() ? "(no completion error on this rank)" : tmsg.c_str());
+  std::printf("JSON {\"mode\":\"cut\",\"rank\":%d,\"victim\":%d,\"fail_after_s\":%.3f,\"named\":%d,"
+              "\"completion_error\":%s,\"teardown_s\":%.3f}\n",
+              g_rank, victim, after, peer, tmsg.empty() ? "false" : "true", teardown_s);
+  return finish("cut");
 }
 
 // ---- stop --------------------------------------------------------------------------------------------------
@@ -404,7 +463,7 @@ int mode_stop() {
           stops.fetch_add(1);
         }
       });
-    std::vector<float> in(2048), out(2048 * static_cast<std::size_t>(g_size));
+    std::vector<float> in(4096), out(4096 * static_cast<std::size_t>(g_size));
     long wrong = 0, failed = 0;
     const int iterations = 300;
     for (int it = 0; it < iterations; ++it) {
@@ -475,7 +534,7 @@ int mode_latency(int iterations, const std::vector<std::size_t>& sizes) {
 
 int usage() {
   std::fprintf(stderr, "usage: mpi_collectives correctness [--callback] | loss N [--timeout-ms T] | "
-                       "kill VICTIM AT TIMEOUT_MS FILE | stop | latency ITER BYTES...\n");
+                       "kill VICTIM AT TIMEOUT_MS FILE | cut VICTIM AT CMD | stop | latency ITER BYTES...\n");
   return 2;
 }
 
@@ -497,6 +556,8 @@ int main(int argc, char** argv) {
       rc = mode_loss(std::atol(argv[2]), t);
     } else if (mode == "kill" && argc > 5) {
       rc = mode_kill(std::atoi(argv[2]), std::atol(argv[3]), std::strtoull(argv[4], nullptr, 10), argv[5]);
+    } else if (mode == "cut" && argc > 4) {
+      rc = mode_cut(std::atoi(argv[2]), std::atol(argv[3]), argv[4]);
     } else if (mode == "stop") {
       rc = mode_stop();
     } else if (mode == "latency" && argc > 3) {

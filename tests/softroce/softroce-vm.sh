@@ -118,7 +118,7 @@ H=/host
 ok=1
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot $H || ok=0
 mount -t proc proc $H/proc; mount -t sysfs sys $H/sys; mount -t devtmpfs dev $H/dev
-mkdir -p $H/dev/pts; mount -t devpts devpts $H/dev/pts; mount -t tmpfs shm $H/dev/shm
+mkdir -p $H/dev/pts $H/dev/shm; mount -t devpts devpts $H/dev/pts; mount -t tmpfs shm $H/dev/shm
 mkdir -p /ovl && mount -t tmpfs ovl /ovl && mkdir -p /ovl/u /ovl/w
 mount -t overlay overlay -o lowerdir=$H/tmp,upperdir=/ovl/u,workdir=/ovl/w $H/tmp || mount -t tmpfs tmp $H/tmp
 mount -t tmpfs run $H/run

@@ -256,6 +256,9 @@ class basic_ibverbs {
     return failure_;  // written once, before failed_ is released
   }
 
+  /// steady_clock time (detail::now_ns) at which the first failure was recorded; 0 when none.
+  std::uint64_t failure_time_ns() const { return failed() ? failure_ns_ : 0; }
+
   /// "rxe0 (198.18.0.1, GID 1, MTU 1024)", one entry per device.
   std::string describe() const {
     std::string s;
@@ -439,6 +442,7 @@ class basic_ibverbs {
                  " (device " + res_.dev[dev].info.name + "); rank " + std::to_string(peer) +
                  " is dead or unreachable, or its link is down; the communicator fails over to the protocol's "
                  "fail-stop path";
+      failure_ns_ = detail::now_ns();
       failed_.store(true, std::memory_order_release);
     }
     if (have_seq_) publish_local_abort(last_seq_);
@@ -617,6 +621,7 @@ class basic_ibverbs {
   std::thread thread_;
   std::atomic<bool> stop_{false}, paused_{false}, failed_{false};
   std::string failure_;
+  std::uint64_t failure_ns_ = 0;
   int failed_peer_ = -1;
   std::uint32_t last_seq_ = 0, aborted_seq_ = 0;
   bool have_seq_ = false, aborted_any_ = false;
