@@ -505,6 +505,9 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                json_string(on_host ? "CPU host executor over the in-process loopback transport: not a performance figure"
                                    : "GPU executor; ranks are threads of this process, each on its own stream")
                    .c_str());
+  if (!on_host)
+    std::fprintf(f, "  \"max_parts\": %u,\n  \"min_part_bytes\": %llu,\n  \"timeout_s\": %s,\n", facts.max_parts,
+                 static_cast<unsigned long long>(facts.min_part_bytes), json_number(cfg.timeout_s).c_str());
   std::fprintf(f, "  \"nccl\": %s,\n  \"cuda_runtime\": %s,\n  \"driver\": %s,\n  \"rank_device\": [",
                json_string(facts.nccl_state).c_str(), json_string(facts.cuda_runtime).c_str(),
                json_string(facts.driver).c_str());

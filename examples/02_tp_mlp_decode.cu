@@ -422,7 +422,9 @@ bool check(const world& w, std::size_t vi, double* max_err) {
     *max_err = std::max(*max_err, std::isnan(err) ? INFINITY : err);
   }
   if (!identical) std::printf("  %s: ranks' outputs differ in their bytes\n", name(w.impls[vi]));
-  return identical && within;
+  // Byte-identical outputs are the library's promise (design.md §1.2); NCCL does not document one, so for NCCL
+  // a difference is reported but only the tolerance decides.
+  return (identical || w.impls[vi] == impl::nccl) && within;
 }
 
 }  // namespace
@@ -500,7 +502,8 @@ int main(int argc, char** argv) {
 
     passed = w.errors.empty();
     for (const auto& err : w.errors) std::printf("error: %s\n", err.c_str());
-    std::printf("\ncheck against single-rank math (tolerance %.4g * (1 + |ref|)), ranks byte-identical:\n", double(tolerance));
+    std::printf("\ncheck against single-rank math (tolerance %.4g * (1 + |ref|)); the library's rows must also be "
+                "byte-identical on every rank:\n", double(tolerance));
     for (std::size_t vi = 0; vi < w.impls.size(); ++vi) {
       double err = 0;
       const bool ok = check(w, vi, &err);

@@ -429,6 +429,11 @@ void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts) {
   const int d = cfg.devices > 0 ? cfg.devices : std::min(cfg.ranks, visible);
   if (d > visible)
     throw config_error("--devices " + std::to_string(d) + " but only " + std::to_string(visible) + " GPU(s) are visible");
+  {
+    options o = gpu::default_options();
+    facts.max_parts = cfg.max_parts > 0 ? static_cast<std::uint32_t>(cfg.max_parts) : o.max_parts;
+    facts.min_part_bytes = o.min_part_bytes;
+  }
   world w;
   w.n = cfg.ranks;
   for (int r = 0; r < cfg.ranks; ++r) w.device.push_back(r % d);
@@ -506,6 +511,8 @@ void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts) {
   for (int r = 0; r < cfg.ranks; ++r) placement += " " + std::to_string(r) + ":" + std::to_string(w.device[r]);
   std::printf("# ranks -> GPUs:%s (threads of this process, one stream each); CUDA runtime %s, %s\n",
               placement.c_str(), facts.cuda_runtime.c_str(), facts.driver.c_str());
+  std::printf("# options: max_parts %u (CTAs per collective and rank, at most), min_part_bytes %llu, timeout %g s\n",
+              facts.max_parts, static_cast<unsigned long long>(facts.min_part_bytes), cfg.timeout_s);
   std::printf("# NCCL: %s\n", facts.nccl_state.c_str());
   std::printf("# time (us): %s\n#\n", cfg.graph_launches > 0
                                           ? "per collective inside a CUDA graph of -n collectives, median over -G "

@@ -99,6 +99,8 @@ struct run_facts {
   std::string nccl_state = "not built";  // "ran (version ...)", "skipped: <why>", "not built"
   std::string cuda_runtime, driver;
   std::string time_method;
+  std::uint32_t max_parts = 0;       // GPU: options::max_parts every communicator used (CTAs per collective, at most)
+  std::uint64_t min_part_bytes = 0;  // GPU: options::min_part_bytes
   std::vector<std::string> notes;
 };
 
