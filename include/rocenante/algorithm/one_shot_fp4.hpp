@@ -343,7 +343,6 @@ struct one_shot_fp4 {
                                                std::uint32_t parts, float* scratch) {
     static_assert(R::block_scaled, "one_shot_fp4 moves block-scaled payloads: use reduce::nvfp4_sum<T>");
     namespace nv = reduce::nvfp4;
-    using T = typename R::value_type;
     using handle_t = typename Session::handle_type;
     if (!s.enter()) return false;
     auto& team = s.team();
