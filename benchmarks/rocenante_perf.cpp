@@ -537,6 +537,14 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                  json_string(r.error).c_str());
     for (std::size_t s = 0; s < r.samples_us.size(); ++s)
       std::fprintf(f, "%s%s", s ? ", " : "", json_number(r.samples_us[s]).c_str());
+    std::fprintf(f, "],\n     \"rank_samples_us\": [");
+    const std::size_t per = r.ranks > 0 ? r.rank_samples_us.size() / static_cast<std::size_t>(r.ranks) : 0;
+    for (int q = 0; q < r.ranks; ++q) {
+      std::fprintf(f, "%s[", q ? ", " : "");
+      for (std::size_t s = 0; s < per; ++s)
+        std::fprintf(f, "%s%s", s ? ", " : "", json_number(r.rank_samples_us[q * per + s]).c_str());
+      std::fprintf(f, "]");
+    }
     std::fprintf(f, "],\n     \"median_us\": %s, \"p99_us\": %s, \"loop_us\": %s, \"algbw_GBps\": %s, \"busbw_GBps\": %s, "
                  "\"wrong\": %llu}",
                  json_number(r.median_us).c_str(), json_number(r.p99_us).c_str(),

@@ -73,6 +73,8 @@ struct row {
   bool graph = false;
   int iters_per_sample = 1;        // graph mode: a sample is one graph launch divided by the collectives in it
   std::vector<double> samples_us;  // per sample, slowest rank
+  std::vector<double> rank_samples_us;  // every rank's own samples: [rank * samples + i]
+  int ranks = 0;
   double median_us = 0, p99_us = 0, algbw = 0, busbw = 0;
   double loop_us = 0;  // GPU: nccl-tests' figure, host wall time of the whole timed loop / collectives (slowest rank)
   std::uint64_t wrong = 0;
@@ -149,6 +151,8 @@ void shape_row(row& r, collective_kind c, int n, std::uint64_t size) {
 /// all[q * samples + i] is rank q's time for sample i. A row's sample i is the slowest rank's; median and p99
 /// (nearest rank) over samples; algbw = size / median; busbw with nccl-tests' factors.
 inline void finish_row(row& r, const std::vector<double>& all, int n, int samples, collective_kind c) {
+  r.rank_samples_us = all;
+  r.ranks = n;
   r.samples_us.assign(static_cast<std::size_t>(samples), 0.0);
   for (int i = 0; i < samples; ++i) {
     double slowest = 0;
