@@ -108,23 +108,30 @@ def plot_one(path, r, outdir):
     return written
 
 
+SHADES = {"one_shot": "Blues", "ring": "Oranges", "nccl": "Greens"}
+
+
 def plot_overlay(receipts, outdir):
-    by_type = collections.defaultdict(list)  # type -> [(label, pts, algo)]
+    by_type = collections.defaultdict(list)  # type -> [(label, pts, algo, mode, ranks)]
     commits, paths = set(), []
     for path, r in receipts:
         where, commit = describe(r, path)
         commits.add(commit)
         paths.append(os.path.basename(path))
         for (t, algo), pts in series(r).items():
-            by_type[t].append((f"{algo}, {r['ranks']} ranks, {mode(r)}", pts, algo, mode(r)))
+            by_type[t].append((f"{algo}, {r['ranks']} ranks, {mode(r)}", pts, algo, mode(r), r["ranks"]))
+    rank_counts = sorted({r["ranks"] for _, r in receipts})
     written = []
     for t, lines in sorted(by_type.items()):
         fig, ax = plt.subplots(figsize=(8.5, 5.5))
-        for label, pts, algo, m in sorted(lines):
-            color, marker = STYLE.get(algo, ("black", "x"))
+        for label, pts, algo, m, n in sorted(lines):
+            _, marker = STYLE.get(algo, ("black", "x"))
+            # one hue per algorithm, darker for more ranks; solid = graph, dashed = eager
+            shade = 0.45 + 0.5 * (rank_counts.index(n) + 1) / len(rank_counts)
+            color = matplotlib.colormaps[SHADES.get(algo, "Greys")](shade)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=3, color=color,
-                    linestyle="-" if m == "graph" else "--", label=label, alpha=0.85)
-        where = describe(receipts[0][1], receipts[0][0])[0]
+                    linestyle="-" if m == "graph" else "--", label=label, alpha=0.9)
+        where = " / ".join(sorted({describe(r, p)[0] for p, r in receipts}))
         axes_setup(ax, f"{receipts[0][1]['collective']} {t}, median of the slowest rank\n{where}",
                    "receipts: " + ", ".join(paths) + "\ncommit(s): " + ", ".join(sorted(commits)) +
                    "   solid: CUDA graph, dashed: eager")
