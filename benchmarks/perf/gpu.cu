@@ -521,7 +521,7 @@ void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts) {
                                             "slowest rank (raw samples, p99, loop_us: -J FILE)");
   print_columns();
 
-  const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(120.0, 6 * cfg.timeout_s) * 1e3));
+  const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(60.0, 6 * cfg.timeout_s) * 1e3));
   auto body = [&](bootstrap::in_process& boot) {
     if (cfg.backend == backend_kind::cuda_proxy) run_rank<transport::cuda_loopback_proxy>(boot, cfg, w, rows);
     else run_rank<transport::cuda_loopback>(boot, cfg, w, rows);
