@@ -47,4 +47,7 @@ inline constexpr int packet_bytes = 16;
 /// Two receive slots: collective `seq` uses slot `seq & 1`. See docs/design.md for why two suffice.
 inline constexpr std::uint32_t slot_count = 2;
 
+/// Largest options::max_parts: the rank state keeps one sequence word per part (protocol/state.hpp).
+inline constexpr std::uint32_t max_parts_limit = 1024;
+
 }  // namespace rocenante

@@ -36,7 +36,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
 if [ "$mode" = all ] || [ "$mode" = tests ]; then
   t1=$(date +%s)
-  $test_bin 2>&1 | tee "$OUT/gpu-tests.log"
+  $test_bin ${TEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.log"
   rc=${PIPESTATUS[0]}
   echo "gpu tests: rc=$rc, $(( $(date +%s) - t1 )) s"
 fi
@@ -50,8 +50,10 @@ if [ "$mode" = all ] || [ "$mode" = sanitize ]; then
 fi
 if [ "$mode" != tests ] && [ "$mode" != sanitize ]; then
   t2=$(date +%s)
+  filter=()
+  [ -n "${BENCH_FILTER:-}" ] && filter=(--benchmark_filter="$BENCH_FILTER")
   $bench_bin --benchmark_out="$OUT/h200-loopback.json" --benchmark_out_format=json \
-    --benchmark_counters_tabular=true "$@" 2>&1 > "$OUT/bench.log"
+    --benchmark_counters_tabular=true "${filter[@]}" "$@" 2>&1 > "$OUT/bench.log"
   echo "bench: rc=$?, $(( $(date +%s) - t2 )) s"
   grep -E "^(all_reduce/one_shot/loopback/bf16/bytes:49152|all_reduce/.*/bf16/bytes:(8192|67108864)/ranks:4|copy)" "$OUT/bench.log" | head -40
 fi

@@ -57,27 +57,70 @@ struct one_shot {
     const std::uint64_t stride = h.layout().source_stride;
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
-    for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += unroll * step) {
-      reduce::accum_packet<R> acc[unroll] = {};
-      for (int q = 0; q < n; ++q) {
-        reduce::value_packet<R> v[unroll] = {};
+    if (pr.size() <= step) {
+      // At most one packet per thread (decode-size messages): load the packet of every source at once, so the
+      // reduce costs one memory latency instead of one per rank, then sum in rank order as below.
+      const std::uint64_t i = pr.begin + team.thread();
+      if (i < pr.end) {
+        constexpr int group = 8;  // sources loaded together: one memory latency up to 8 ranks
+        reduce::accum_packet<R> acc{};
         ROCENANTE_UNROLL
-        for (int u = 0; u < unroll; ++u) {
-          const std::uint64_t i = i0 + u * step;
-          if (i < pr.end)
-            v[u] = q == r ? reduce::load_user<R>(in, i, count)
-                          : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+        for (int q0 = 0; q0 < max_ranks; q0 += group) {
+          if (q0 >= n) break;
+          reduce::value_packet<R> v[group];
+          ROCENANTE_UNROLL
+          for (int g = 0; g < group; ++g) {
+            const int q = q0 + g;
+            if (q < n)
+              v[g] = q == r ? reduce::load_user<R>(in, i, count)
+                            : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+          }
+          ROCENANTE_UNROLL
+          for (int g = 0; g < group; ++g) {
+            if (q0 + g >= n) break;
+            if (q0 + g == 0)
+              acc = reduce::widen<R>(v[g]);
+            else
+              reduce::accumulate<R>(acc, v[g]);
+          }
+        }
+        epi(i * reduce::lanes<R>, acc);
+        reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+      }
+      s.finish(parts);
+      return true;
+    }
+    for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += reduce_unroll * step) {
+      reduce::accum_packet<R> acc[reduce_unroll] = {};
+      // Sources in groups: every load of a group is issued before the first add, so a thread keeps
+      // source_group x reduce_unroll packets in flight (one memory latency per group, not per source).
+      for (int q0 = 0; q0 < n; q0 += source_group) {
+        reduce::value_packet<R> v[source_group][reduce_unroll] = {};
+        ROCENANTE_UNROLL
+        for (int g = 0; g < source_group; ++g) {
+          const int q = q0 + g;
+          ROCENANTE_UNROLL
+          for (int u = 0; u < reduce_unroll; ++u) {
+            const std::uint64_t i = i0 + u * step;
+            if (q < n && i < pr.end)
+              v[g][u] = q == r ? reduce::load_user<R>(in, i, count)
+                               : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+          }
         }
         ROCENANTE_UNROLL
-        for (int u = 0; u < unroll; ++u) {
-          if (q == 0)
-            acc[u] = reduce::widen<R>(v[u]);
-          else
-            reduce::accumulate<R>(acc[u], v[u]);
+        for (int g = 0; g < source_group; ++g) {
+          if (q0 + g >= n) break;
+          ROCENANTE_UNROLL
+          for (int u = 0; u < reduce_unroll; ++u) {
+            if (q0 + g == 0)
+              acc[u] = reduce::widen<R>(v[g][u]);
+            else
+              reduce::accumulate<R>(acc[u], v[g][u]);
+          }
         }
       }
       ROCENANTE_UNROLL
-      for (int u = 0; u < unroll; ++u) {
+      for (int u = 0; u < reduce_unroll; ++u) {
         const std::uint64_t i = i0 + u * step;
         if (i >= pr.end) continue;
         epi(i * reduce::lanes<R>, acc[u]);
@@ -124,7 +167,6 @@ struct one_shot {
   template <reduce::reduction R, class Session>
   ROCENANTE_HOST_DEVICE static bool stage_and_exchange(Session& s, const typename R::value_type* in,
                                                        std::uint64_t count, std::uint32_t parts) {
-    if (!s.enter()) return false;
     auto& team = s.team();
     auto& h = s.handle();
     using handle_t = typename Session::handle_type;
@@ -133,11 +175,15 @@ struct one_shot {
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t base = r * stride;
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
-    for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += unroll * step) {
-      reduce::value_packet<R> v[unroll] = {};
-      ROCENANTE_UNROLL
-      for (int u = 0; u < unroll; ++u)
-        if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
+    // The first batch of input is loaded before enter(): those loads need no sequence number, so their latency
+    // overlaps the read of the epoch and the team vote.
+    std::uint64_t i0 = pr.begin + team.thread();
+    reduce::value_packet<R> v[unroll] = {};
+    ROCENANTE_UNROLL
+    for (int u = 0; u < unroll; ++u)
+      if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
+    if (!s.enter()) return false;
+    while (i0 < pr.end) {
       ROCENANTE_UNROLL
       for (int u = 0; u < unroll; ++u) {
         const std::uint64_t i = i0 + u * step;
@@ -149,6 +195,10 @@ struct one_shot {
             if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), v[u]);
         }
       }
+      i0 += unroll * step;
+      ROCENANTE_UNROLL
+      for (int u = 0; u < unroll; ++u)
+        if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
     }
     team.sync();
     // Direct stores: one signalling thread per peer. Shared staging (proxy, NIC): one producer per part.

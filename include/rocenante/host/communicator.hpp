@@ -64,7 +64,7 @@ class communicator {
   const protocol::window_layout& layout() const { return layout_; }
   Transport& transport() { return transport_; }
   /// Sequence number the next collective will use.
-  std::uint32_t next_sequence() const { return state_.seq; }
+  std::uint32_t next_sequence() const { return state_.seq[0]; }
 
   /// out[i] = sum over ranks of in[i], for i < count. `in` may equal `out`; otherwise they must not overlap.
   /// Result identical in bytes on every rank. Algorithm: one_shot (default) or ring.

@@ -27,8 +27,9 @@ protocol::window_layout make_layout(int ranks, const options& opts) {
   if (opts.capacity_bytes == 0) throw config_error("options::capacity_bytes is 0; give the largest input in bytes");
   if (opts.capacity_bytes > (std::uint64_t{1} << 40))
     throw config_error("options::capacity_bytes = " + std::to_string(opts.capacity_bytes) + " is above 1 TiB");
-  if (opts.max_parts == 0 || opts.max_parts > 1024)
-    throw config_error("options::max_parts = " + std::to_string(opts.max_parts) + " is outside [1, 1024]");
+  if (opts.max_parts == 0 || opts.max_parts > max_parts_limit)
+    throw config_error("options::max_parts = " + std::to_string(opts.max_parts) + " is outside [1, " +
+                       std::to_string(max_parts_limit) + "]");
   protocol::window_layout l;
   l.ranks = static_cast<std::uint32_t>(ranks);
   l.max_parts = opts.max_parts;

@@ -5,7 +5,7 @@
 //   signal   after a team barrier, publish flag = (seq, call signature) in each peer's window
 //   wait     poll own flags, bounded by time (ns clock) and by a poll budget, whichever ends first
 //   reduce   (the algorithm sums the received packets in a fixed order)
-//   finish   the last part to finish advances the epoch (seq += 1); a failed part never does
+//   finish   each part advances its entries of the per-part epoch (seq += 1); a failed part never does
 //
 // One `session` object serves one part (one CTA / one host loop iteration) of one collective.
 //
@@ -41,11 +41,15 @@ struct wait_policy {
 
 enum class outcome : std::uint32_t { ok = 0, poisoned, failed };
 
-/// Extra time per hop of a chained wait (see session::wait_one): a 16th of the timeout, at most 30 ms. With 16
-/// ranks a ring has 30 steps, so the longest bound is timeout + 0.9 s.
+/// Extra time per hop of a chained wait (see session::wait_one): a quarter of the timeout, at most 250 ms. It
+/// must exceed the scheduling jitter between ranks (a rank descheduled for tens of milliseconds on a loaded
+/// host), or a downstream wait can expire before the upstream one and blame a live rank. It costs nothing in the
+/// common case: when a rank dies between collectives its successor's wait is at hop 0 and expires at the
+/// timeout, and its abort flag ends every other wait at once. Only a death in the middle of a ring collective,
+/// at step j, is reported at timeout + j x hop_grace.
 ROCENANTE_HOST_DEVICE constexpr std::uint64_t hop_grace(std::uint64_t timeout_ns) {
-  const std::uint64_t g = timeout_ns >> 4;
-  return g < 30'000'000ull ? g : 30'000'000ull;
+  const std::uint64_t g = timeout_ns >> 2;
+  return g < 250'000'000ull ? g : 250'000'000ull;
 }
 
 template <team Team, class Handle>
@@ -59,11 +63,15 @@ class session {
       : team_(team), h_(handle), state_(state), mirror_(mirror), policy_(policy), signature_(signature), part_(part) {}
 
   /// Every team thread calls. Returns false when the rank is poisoned; the caller returns at once.
+  /// Both words are read with relaxed loads issued together (one memory latency, not two): the previous
+  /// collective of this rank completed before this one started (stream order), so its writes are visible; a
+  /// poisoning in progress in another part of this collective is caught by the waits.
   ROCENANTE_HOST_DEVICE bool enter() {
     bool healthy_now = true;
-    if (team_.thread() == 0) healthy_now = !is_poisoned(state_);
-    // Every thread reads seq; it cannot change until this part finishes (only the last part advances it).
-    seq_ = detail::load_relaxed<std::uint32_t, state_scope>(&state_->seq);
+    // Every thread reads seq; it cannot change until this part finishes.
+    seq_ = detail::load_relaxed<std::uint32_t, state_scope>(&state_->seq[part_]);
+    if (team_.thread() == 0)
+      healthy_now = detail::load_relaxed<std::uint32_t, state_scope>(&state_->poison) == healthy;
     return team_.all(healthy_now);
   }
 
@@ -148,18 +156,15 @@ class session {
     return settle(ok);
   }
 
-  /// Every team thread calls, after its last access to slot memory of this collective. The last of `parts`
-  /// parts to finish advances the epoch. Parts counted with their own counter, reset to zero by the last
-  /// arrival — never a modulo of a free-running counter (HAZARDS #2, #3).
+  /// Every team thread calls, after its last access to slot memory of this collective. The part advances the
+  /// epoch entries it is responsible for (rank_state::seq): p, p + parts, ... below the layout's max_parts.
+  /// A failed part never calls finish (the rank is poisoned and every later call is a no-op).
   ROCENANTE_HOST_DEVICE void finish(std::uint32_t parts) {
     team_.sync();
-    if (team_.thread() == 0) {
-      const std::uint32_t done = detail::fetch_add_acq_rel<std::uint32_t, state_scope>(&state_->parts_done, 1u) + 1u;
-      if (done == parts) {
-        detail::store_relaxed<std::uint32_t, state_scope>(&state_->parts_done, 0u);
-        detail::store_release<std::uint32_t, state_scope>(&state_->seq, seq_ + 1u);  // wraps at 2^32 by design
-      }
-    }
+    const std::uint32_t limit = h_.layout().max_parts;
+    for (std::uint32_t p = part_ + static_cast<std::uint32_t>(team_.thread()) * parts; p < limit;
+         p += static_cast<std::uint32_t>(team_.size()) * parts)
+      detail::store_relaxed<std::uint32_t, state_scope>(&state_->seq[p], seq_ + 1u);  // wraps at 2^32 by design
   }
 
   /// A rank that rejects a call (bad input seen only here, or any local refusal) still takes its place in the

@@ -39,17 +39,23 @@ inline constexpr std::uint32_t healthy = 0;
 inline constexpr std::uint32_t poisoning = 1;  ///< a failure is being recorded
 inline constexpr std::uint32_t poisoned = 2;   ///< failure record complete and visible
 
+/// The epoch is kept per part: part p of a collective reads seq[p] at entry and, when it finishes, writes the
+/// next sequence into every entry it is responsible for (p, p + parts, p + 2 parts, ... below max_parts), so
+/// every entry advances exactly once per collective whatever the part count of the next one. Plain stores,
+/// no counter and no atomic read-modify-write: a CTA can exit without waiting for a round trip to L2 (the
+/// next collective on the stream starts after this kernel completes, which makes the stores visible; the host
+/// executor runs parts in order on one thread). A collective whose parts disagree on seq is impossible for the
+/// same reason. seq[0] is the rank's "next sequence" reported to users.
 struct rank_state {
-  std::uint32_t seq;         ///< sequence number of the next collective
   std::uint32_t poison;      ///< healthy / poisoning / poisoned
-  std::uint32_t parts_done;  ///< parts of the current collective that have finished (reset by the last one)
-  std::uint32_t reserved;
+  std::uint32_t reserved[3];
   failure_record failure;
+  std::uint32_t seq[max_parts_limit];  ///< sequence number of the next collective, per part
 };
 
 ROCENANTE_HOST_DEVICE inline void init_state(rank_state& s, std::uint32_t first_seq) {
   s = rank_state{};
-  s.seq = first_seq;
+  for (std::uint32_t p = 0; p < max_parts_limit; ++p) s.seq[p] = first_seq;
 }
 
 /// The rank's own state is touched only by the code that runs this rank (device scope); the mirror is read by
