@@ -7,6 +7,7 @@
 //
 // Prints PASS (exit 0) or FAIL (exit 1).
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -132,6 +133,9 @@ int main() {
   bool passed = false;
   try {
 #if defined(__CUDACC__)
+    // Ranks sharing a GPU wait for each other inside their kernels: load every kernel at start-up, so that no
+    // lazily loaded first launch waits for a peer's spinning kernel (a value the user set is kept).
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     int gpus = 0;
     const cudaError_t e = cudaGetDeviceCount(&gpus);
     if (e == cudaSuccess && gpus > 0) {

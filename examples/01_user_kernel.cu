@@ -115,6 +115,9 @@ int main() {
       for (std::size_t i = 0; i < count; ++i) host[i] = float(i % 3);
       CHECK_CUDA(cudaMemcpy(bias, host, count * sizeof(float), cudaMemcpyHostToDevice));
       CHECK_CUDA(cudaMemset(part_ok, 0, 2 * parts * sizeof(int)));
+      cudaFuncAttributes attr{};  // load both kernels now: a lazy first launch could wait for a peer's spinning CTA
+      CHECK_CUDA(cudaFuncGetAttributes(&attr, user_kernel<algorithm::one_shot, handle>));
+      CHECK_CUDA(cudaFuncGetAttributes(&attr, user_kernel<algorithm::ring, handle>));
       boot.barrier();  // set-up ends: only asynchronous work on `s` from here on
 
       const scale_bias epi{alpha, bias, count};

@@ -288,6 +288,14 @@ void run_rank(bootstrap::in_process& boot, world& w) {
   silu_inplace<<<grid, block, 0, s>>>(up, Fr * B);
   gemm(blas, CUBLAS_OP_N, int(H), int(B), int(Fr), wdown, int(H), up, int(Fr), y, CUDA_R_16BF, int(H));
   rmsnorm<bf16, bf16><<<int(B), 1024, 0, s>>>(h, x, gamma, out, int(H), rms_eps);
+  // The collective kernels too: under lazy module loading a first launch could wait for a peer's spinning kernel.
+  {
+    using handle = gpu::communicator<>::handle_type;
+    cudaFuncAttributes attr{};
+    CHECK_CUDA(cudaFuncGetAttributes(&attr, kernel::all_reduce<algorithm::one_shot, reduce::sum<bf16>, handle, add_residual>));
+    CHECK_CUDA(cudaFuncGetAttributes(&attr, kernel::all_reduce<algorithm::ring, reduce::sum<bf16>, handle, add_residual>));
+    CHECK_CUDA(cudaFuncGetAttributes(&attr, kernel::reject<handle>));
+  }
   CHECK_CUDA(cudaStreamSynchronize(s));
   constexpr int events = std::max(eager_steps, graph_launches);
   std::vector<cudaEvent_t> e0(events), e1(events);

@@ -292,6 +292,28 @@ row measure(bootstrap::in_process& boot, const config& cfg, rank_buffers& b, wor
 
 // ---- one rank's sweep ---------------------------------------------------------------------------------------
 
+/// Loads every kernel this rank may launch after set-up. With lazy module loading (CUDA's default) a first launch
+/// may wait for the device to go idle, while a peer's kernel sharing the GPU spins waiting for this rank: a
+/// deadlock until the timeout. main() asks for eager loading; this makes the sweep safe where that was overridden.
+template <class Handle>
+void preload_kernels() {
+  cudaFuncAttributes a{};
+  auto load = [&](auto fn) { ROCENANTE_CUDA_CHECK(cudaFuncGetAttributes(&a, fn)); };
+  auto per_type = [&]<class T>(T*) {
+    using R = reduce::sum<T>;
+    load(kernel::all_reduce<algorithm::one_shot, R, Handle>);
+    load(kernel::all_reduce<algorithm::ring, R, Handle>);
+    load(kernel::all_gather<algorithm::one_shot, R, Handle>);
+    load(fill_input<T>);
+    load(count_wrong<T>);
+  };
+  per_type(static_cast<float*>(nullptr));
+  per_type(static_cast<__half*>(nullptr));
+  per_type(static_cast<__nv_bfloat16*>(nullptr));
+  load(kernel::reject<Handle>);
+  load(flip_bit);
+}
+
 template <class Transport>
 void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vector<row>& rows) {
   const int me = boot.rank(), n = boot.size();
@@ -304,6 +326,7 @@ void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vec
   const std::uint64_t cap = capacity_for(cfg);
   const std::uint64_t out_bytes = cfg.coll == collective_kind::all_gather ? cap * n : cap;
   rank_buffers b(cap, out_bytes, std::max(cfg.iters, cfg.graph_launches));
+  preload_kernels<typename gpu::communicator<Transport>::handle_type>();
   w.outs.p[me] = b.out;
   boot.barrier();  // set-up ends: from here on no device-synchronising call until the last barrier
 
