@@ -56,6 +56,9 @@ if [ "$mode" = all ] || [ "$mode" = perf ]; then
     run perf-cuda_loopback-r$r-eager --transport cuda_loopback --ranks $r "${sweep[@]}" -n 20
     run perf-cuda_loopback-r$r-graph --transport cuda_loopback --ranks $r "${sweep[@]}" -n 10 -G 5
   done
+  # All-gather (one_shot only), 4 ranks; size = the gathered output, as in nccl-tests.
+  run perf-cuda_loopback-r4-all_gather-eager --transport cuda_loopback --ranks 4 --collective all_gather \
+    -b 32 -e 64M -f 2 -d all -w 2 -n 20
   # A world of one: the only place NCCL can run beside the library on one GPU.
   run perf-cuda_loopback-r1-eager --transport cuda_loopback --ranks 1 "${sweep[@]}" -n 20
   run perf-cuda_loopback-r1-graph --transport cuda_loopback --ranks 1 "${sweep[@]}" -n 10 -G 5
