@@ -82,7 +82,7 @@ if [ "$mode" = all ] || [ "$mode" = examples ]; then
 fi
 if python3 -c "import matplotlib" 2>/dev/null && ls "$OUT"/perf-*.json >/dev/null 2>&1; then
   python3 tools/plot_receipts.py "$OUT"/perf-*.json -o "$OUT/plots" >/dev/null &&
-    python3 tools/plot_receipts.py "$OUT"/perf-cuda_loopback-r{2,4,8}-*.json --overlay -o "$OUT/plots" >/dev/null &&
+    python3 tools/plot_receipts.py "$OUT"/perf-cuda_loopback-r{2,4,8}-{eager,graph}.json --overlay -o "$OUT/plots" >/dev/null &&
     echo "plots: $(ls "$OUT/plots" | wc -l) PNGs in $OUT/plots"
 else
   echo "plots: matplotlib not here; run tools/plot_receipts.py on the receipts after fetching them"
