@@ -7,6 +7,7 @@
 // per rank (n-1)S stage writes + S stage reads + nS reduce reads + S writes).
 //
 // Run: build/benchmarks/rocenante-bench-gpu --benchmark_out=h200-loopback.json --benchmark_out_format=json
+#include <cstdlib>
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -22,7 +23,7 @@ using namespace rocenante;
 
 namespace {
 
-constexpr int collectives_per_iteration = 20;
+constexpr int collectives_per_iteration = 50;
 
 template <class Transport>
 struct world {
@@ -30,7 +31,7 @@ struct world {
   std::vector<std::unique_ptr<gpu::communicator<Transport>>> comms;
   std::vector<cudaStream_t> streams;
   cudaStream_t master{};
-  cudaEvent_t start{}, stop{};
+  cudaEvent_t start{}, stop{}, fork{};
   std::vector<cudaEvent_t> done;
   std::vector<void*> in, out;
   std::size_t capacity;
@@ -39,6 +40,9 @@ struct world {
     options o = gpu::default_options();
     o.capacity_bytes = cap;
     o.max_parts = ranks == 8 ? 16 : 32;
+    // Tuning experiments: ROCENANTE_BENCH_MIN_PART / ROCENANTE_BENCH_MAX_PARTS override the split.
+    if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
+    if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_PARTS")) o.max_parts = static_cast<std::uint32_t>(std::strtoul(e, nullptr, 10));
     host::spawn_ranks(n, [&](bootstrap::in_process& b) { comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o); });
     for (int r = 0; r < n; ++r) {
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
@@ -50,6 +54,7 @@ struct world {
     cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
     cudaEventCreate(&start);
     cudaEventCreate(&stop);
+    cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
   }
 };
 
@@ -82,40 +87,48 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
   transport::proxy_stats before{};
   if constexpr (!std::is_same_v<Transport, transport::cuda_loopback>) before = w.comms[0]->transport().stats();
   const std::size_t count = bytes / sizeof(T);
-  std::vector<cudaGraphExec_t> execs(n);
+  // Graph mode: one graph holds every rank's collectives (captured from the master stream, forked to the rank
+  // streams and joined back), so that all ranks start together from one launch, as ranks on separate GPUs or
+  // nodes would; launching one graph per rank from this one CPU thread would skew the ranks by a launch each.
+  cudaGraphExec_t exec = nullptr;
   if (graph) {
+    cudaGraph_t g;
+    cudaStreamBeginCapture(w.master, cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(w.fork, w.master);
     for (int r = 0; r < n; ++r) {
-      cudaGraph_t g;
-      cudaStreamBeginCapture(w.streams[r], cudaStreamCaptureModeThreadLocal);
+      cudaStreamWaitEvent(w.streams[r], w.fork, 0);
       for (int k = 0; k < collectives_per_iteration; ++k)
         if (launch<T>(w, r, c, count) != status::ok) state.SkipWithError("launch failed under capture");
-      cudaStreamEndCapture(w.streams[r], &g);
-      cudaGraphInstantiate(&execs[r], g, 0);
-      cudaGraphDestroy(g);
+      cudaEventRecord(w.done[r], w.streams[r]);
+      cudaStreamWaitEvent(w.master, w.done[r], 0);
     }
+    if (cudaStreamEndCapture(w.master, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess)
+      state.SkipWithError("graph capture failed");
+    cudaGraphDestroy(g);
   }
   for (auto _ : state) {
     cudaEventRecord(w.start, w.master);
-    for (int r = 0; r < n; ++r) cudaStreamWaitEvent(w.streams[r], w.start, 0);
     if (graph) {
-      for (int r = 0; r < n; ++r) cudaGraphLaunch(execs[r], w.streams[r]);
+      cudaGraphLaunch(exec, w.master);
     } else {
+      for (int r = 0; r < n; ++r) cudaStreamWaitEvent(w.streams[r], w.start, 0);
       for (int k = 0; k < collectives_per_iteration; ++k)
         for (int r = 0; r < n; ++r)
           if (launch<T>(w, r, c, count) != status::ok) state.SkipWithError(w.comms[r]->last_error().c_str());
     }
-    for (int r = 0; r < n; ++r) {
-      cudaEventRecord(w.done[r], w.streams[r]);
-      cudaStreamWaitEvent(w.master, w.done[r], 0);
-    }
+    if (!graph)
+      for (int r = 0; r < n; ++r) {
+        cudaEventRecord(w.done[r], w.streams[r]);
+        cudaStreamWaitEvent(w.master, w.done[r], 0);
+      }
     cudaEventRecord(w.stop, w.master);
     cudaEventSynchronize(w.stop);
     float ms = 0;
     cudaEventElapsedTime(&ms, w.start, w.stop);
     state.SetIterationTime(ms / 1e3 / collectives_per_iteration);
   }
+  if (exec) cudaGraphExecDestroy(exec);
   for (int r = 0; r < n; ++r) {
-    if (graph) cudaGraphExecDestroy(execs[r]);
     const auto h = w.comms[r]->check_health();
     if (!h.ok()) state.SkipWithError(h.message.c_str());
   }

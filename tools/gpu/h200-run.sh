@@ -12,7 +12,7 @@ export LD_LIBRARY_PATH=$root/.deps/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
-  echo "commit: $(git rev-parse --verify -q HEAD 2>/dev/null || cat .deps/commit 2>/dev/null || echo unknown)"
+  echo "commit: $(cat .deps/commit 2>/dev/null || echo unknown) (from .deps/commit; the device copy's own .git may be older)"
   nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv
   nvcc --version | tail -1; meson --version; uname -r
 } 2>&1 | tee "$OUT/machine.txt"

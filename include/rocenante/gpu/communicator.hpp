@@ -65,6 +65,15 @@ class communicator {
     if constexpr (requires { transport_.narrow_scope(memory_scope::device); })
       if (one_device) transport_.narrow_scope(memory_scope::device);
     check_co_residency(b);
+    // Load the reject kernel now. Under CUDA's lazy module loading (the default since CUDA 12.2) the first
+    // launch of a kernel loads its module, and that can wait for running kernels to finish: a rank refusing a
+    // call launches the reject kernel alone while its peers' kernels spin on its flags, so a lazy load there
+    // would stall the refusal until the peers time out. (Collective kernels are loaded by the first rank to
+    // launch them, before anyone waits on that kernel; the occupancy queries above load three of them.)
+    {
+      cudaFuncAttributes attr{};
+      ROCENANTE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel::reject<handle_type>));
+    }
     protocol::rank_state init{};
     protocol::init_state(init, opts.first_sequence);
     ROCENANTE_CUDA_CHECK(cudaMalloc(&state_, sizeof(protocol::rank_state)));
