@@ -1,4 +1,6 @@
 // rocenante.hpp — umbrella header: everything that needs neither a GPU nor an RDMA stack.
+// RDMA: include <rocenante/transport/ibverbs/ibverbs.hpp> (rdma-core headers at build time, libibverbs loaded at
+// run time) and, to launch ranks with mpirun, <rocenante/bootstrap/mpi.hpp> (mpi.h). See docs/operations.md.
 #pragma once
 
 #include "algorithm/one_shot.hpp"

@@ -207,7 +207,7 @@ int mode_correctness(bool use_callback) {
 std::string exact_call(comm_t& comm, std::mt19937& gen, int it, status& s, std::vector<float>& in,
                        std::vector<float>& out) {
   const unsigned what = gen() % 3;
-  const std::size_t count = gen() % 4 == 0 ? 1 + gen() % 4096 : 1 + gen() % 64;
+  const std::size_t count = gen() % 4 == 0 ? 1 + gen() % 1024 : 1 + gen() % 64;
   for (std::size_t i = 0; i < count; ++i) in[i] = small_int<float>(it, g_rank, i);
   s = what == 0   ? comm.all_reduce<algorithm::one_shot>(in.data(), out.data(), count)
       : what == 1 ? comm.all_reduce<algorithm::ring>(in.data(), out.data(), count)
@@ -256,6 +256,8 @@ int mode_loss(long target, std::uint64_t timeout_ms) {
       }
       ++ok_calls;
       lat_us.push_back(static_cast<double>(b - a) / 1e3);
+      if (g_rank == 0 && ok_calls % 250 == 0)
+        std::printf("  %ld collectives, %.1f s\n", ok_calls, static_cast<double>(mono_ns() - t0) / 1e9);
       if (!bad.empty()) {
         ++wrong;
         check(false, "call " + std::to_string(it - 1) + ": wrong " + bad);
@@ -570,6 +572,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::printf("FAIL rank %d: %s: %s\n", g_rank, mode.c_str(), e.what());
     std::fflush(stdout);
+    // Set-up errors are thrown on every rank together; give the others a moment to print theirs.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
   MPI_Finalize();
