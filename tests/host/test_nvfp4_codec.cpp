@@ -168,6 +168,43 @@ TEST_SUITE("host.nvfp4.codec") {
     CHECK(fp4::e4m3(std::numeric_limits<float>::quiet_NaN()) == 0x7f);
   }
 
+  TEST_CASE("the sm_90 device conversions (comparisons, bits) equal CUDA's conversions for every step of E2M1") {
+    // Both roundings are monotone step functions of |x| with the sign bit kept; equal at every step (the grid
+    // midpoints), at the float neighbours of every step and of every grid value, and at the extremes, they are
+    // equal everywhere. NaN is excluded: the codec never converts one (a NaN block is written as scale 0x7f).
+    std::vector<float> probes = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-30f, -1e-30f, 6.0f, 7.0f, 1e30f, 3.4028235e38f,
+                                 std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+    for (double p : {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}) {
+      for (float s : {1.0f, -1.0f}) {
+        float v = static_cast<float>(p) * s;
+        probes.push_back(v);
+        float up = v, down = v;
+        for (int k = 0; k < 4; ++k) {
+          up = std::nextafter(up, 100.0f * s);
+          down = std::nextafter(down, 0.0f);
+          probes.push_back(up);
+          probes.push_back(down);
+        }
+      }
+    }
+    std::mt19937 g(3);
+    std::uniform_real_distribution<float> u(-8.0f, 8.0f);
+    for (int i = 0; i < 1000000; ++i) probes.push_back(u(g));
+    int bad = 0;
+    for (float p : probes) {
+      const auto cuda = static_cast<std::uint8_t>(__nv_cvt_float_to_fp4(p, __NV_E2M1, cudaRoundNearest) & 0xf);
+      if (fp4::detail::e2m1_by_compare(p) != cuda && bad++ < 5)
+        FAIL_CHECK("x = " << p << ": compare " << int(fp4::detail::e2m1_by_compare(p)) << " CUDA " << int(cuda));
+    }
+    CHECK(bad == 0);
+    for (int c = 0; c < 16; ++c) {
+      const __half_raw h = __nv_cvt_fp4_to_halfraw(static_cast<__nv_fp4_storage_t>(c), __NV_E2M1);
+      const float cuda = __half2float(__half(h));
+      const float mine = fp4::detail::e2m1_by_bits(static_cast<std::uint8_t>(c));
+      CHECK(std::memcmp(&cuda, &mine, 4) == 0);
+    }
+  }
+
   TEST_CASE("random Gaussian, uniform and wide-range inputs quantize bit-exactly like the reference") {
     for (std::size_t count : {16ul, 4096ul, 4099ul, 65536ul}) {
       CAPTURE(count);

@@ -149,9 +149,14 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void load8(const std::byte* p, std::
   std::memcpy(c, p, 8);
 #endif
 }
+/// 8 bytes to any address (user output buffers need not be 8-byte aligned; slot memory always is).
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store8(void* p, const std::uint8_t (&c)[8]) {
 #if ROCENANTE_DEVICE_PASS
-  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(c);
+  if ((reinterpret_cast<std::uintptr_t>(p) & 7u) == 0) {
+    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(c);
+  } else {
+    for (int i = 0; i < 8; ++i) static_cast<std::uint8_t*>(p)[i] = c[i];
+  }
 #else
   std::memcpy(p, c, 8);
 #endif
@@ -229,7 +234,7 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
           h[i] = nv::mul_rn(nv::mul_rn(h[i], rinv), w);
         }
       }
-      std::uint8_t c[8];
+      alignas(8) std::uint8_t c[8];
       const std::uint8_t sf = nv::encode_block(h, e.global_scale, c);
       store8(e.out_data + (m * e.cols) / 2 + k * 8, c);
       e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = sf;
@@ -377,7 +382,7 @@ struct one_shot_fp4 {
     for (std::uint64_t b = pb.begin + t; b < pb.end; b += step) {
       float v[16];
       const int valid = fp4_detail::load_block(in, count, b, v);
-      std::uint8_t c[8];
+      alignas(8) std::uint8_t c[8];
       const std::uint8_t sf = nv::encode_block(v, gs, c, valid);
       write(codes + (b - pb.begin) * 8, c, 8);
       write(scales + (b - pb.begin), &sf, 1);
@@ -400,7 +405,7 @@ struct one_shot_fp4 {
       for (int q = 0; q < n; ++q) {
         const std::byte* base = q == r ? h.put_ptr(r, s.slot(), r * stride) : h.recv_ptr(s.slot(), q * stride);
         const float gq = *reinterpret_cast<const float*>(base + off);
-        std::uint8_t c[8];
+        alignas(8) std::uint8_t c[8];
         fp4_detail::load8(base + codes + (b - pb.begin) * 8, c);
         const std::uint8_t sf = *reinterpret_cast<const std::uint8_t*>(base + scales + (b - pb.begin));
         float v[16];

@@ -15,8 +15,18 @@ namespace rocenante::kernel {
 template <class T>
 __global__ void nvfp4_quantize(const T* x, std::uint64_t count, float gs, std::uint8_t* data, std::uint8_t* scales) {
   const std::uint64_t nb = reduce::nvfp4::blocks(count);
-  for (std::uint64_t b = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; b < nb; b += std::uint64_t{gridDim.x} * blockDim.x)
-    reduce::nvfp4::quantize_block(x, count, b, gs, data, scales);
+  for (std::uint64_t b = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; b < nb; b += std::uint64_t{gridDim.x} * blockDim.x) {
+    // the bytes of reduce::nvfp4::quantize_block, with 16-byte loads and an 8-byte store for whole blocks
+    float v[16];
+    const int valid = algorithm::fp4_detail::load_block(x, count, b, v);
+    alignas(8) std::uint8_t c[8];
+    scales[b] = reduce::nvfp4::encode_block(v, gs, c, valid);
+    if (valid == 16) {
+      algorithm::fp4_detail::store8(data + b * 8, c);
+    } else {
+      for (int j = 0; j < (valid + 1) / 2; ++j) data[b * 8 + j] = c[j];
+    }
+  }
 }
 
 /// out[0..count) = dequantized data/scales (linear). Any grid; one thread per block.

@@ -1,7 +1,8 @@
 // reduce/nvfp4.hpp — the NVFP4 codec, written once for host and device: E2M1 elements (two per byte, element 0
 // in the low nibble), one E4M3 scale per 16 consecutive elements, one FP32 global scale per tensor (or per part of
 // a wire payload, one_shot_fp4). Every conversion goes through CUDA's own cuda_fp4.h / cuda_fp8.h functions (PTX
-// cvt on sm_100f/110f/120f family builds, the headers' software emulation on sm_90 and on the host), and every
+// cvt on sm_100f/110f/120f family builds, the headers' software emulation on the host) — except E2M1 in sm_90 device
+// code, where exact comparison/bit equivalents replace the slow emulation (see e2m1x2; tested equal), and every
 // other float operation is a single IEEE-rounded multiply or divide (mul_rn/div_rn: no FMA contraction), so the
 // host and every GPU target produce the same bytes. docs/nvfp4.md describes the format and the choices below.
 //
@@ -82,16 +83,77 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float max_finite(float a, float b) {
 
 // --- element and scale conversions (CUDA's own) ------------------------------------------------------------------
 
+namespace detail {
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint32_t bits_of(float f) {
+#if ROCENANTE_DEVICE_PASS
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float float_of(std::uint32_t u) {
+#if ROCENANTE_DEVICE_PASS
+  return __uint_as_float(u);
+#else
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+/// E2M1 round-to-nearest-even with saturation, by comparing |x| with the midpoints of the grid (a tie goes to the
+/// even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5.0 -> 4.0); the sign bit is
+/// kept, also for results of zero. For every float that is not NaN this equals CUDA's __nv_cvt_float_to_fp4(x,
+/// __NV_E2M1, cudaRoundNearest): both are monotone step functions of |x| with the same steps, and
+/// tests/host/test_nvfp4_codec.cpp checks every step and its float neighbours. The codec never converts a NaN.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e2m1_by_compare(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const std::uint8_t c = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3 : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
+  return static_cast<std::uint8_t>(c | ((bits_of(x) >> 28) & 8u));
+}
+/// The value of an E2M1 code built from its bits (exact; equals CUDA's __nv_cvt_fp4_to_halfraw for all 16 codes,
+/// checked exhaustively by the host test).
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float e2m1_by_bits(std::uint8_t code) {
+  const std::uint32_t e = (code >> 1) & 3u, m = code & 1u;
+  std::uint32_t bits = e ? (((e + 126u) << 23) | (m << 22)) : (m ? (126u << 23) : 0u);
+  bits |= static_cast<std::uint32_t>(code & 8u) << 28;
+  return float_of(bits);
+}
+}  // namespace detail
+
+/// Where the GPU has no conversion instruction (sm_90: the headers emulate it through double arithmetic, tens of
+/// instructions per element), device code uses the exact equivalents above; the host and sm_100f/110f/120f family
+/// builds use CUDA's conversions. Define ROCENANTE_NVFP4_CUDA_CVT_ONLY to use CUDA's everywhere.
+#if ROCENANTE_DEVICE_PASS && !__CUDA_FP8_INTERNAL_CAN_RELY_ON_PTX_FOR_SHORTTYPESCVT__ && !defined(ROCENANTE_NVFP4_CUDA_CVT_ONLY)
+#define ROCENANTE_NVFP4_COMPARE_CVT 1
+#else
+#define ROCENANTE_NVFP4_COMPARE_CVT 0
+#endif
+
 /// Two floats to two E2M1 codes (round to nearest even, saturating to +-6; element `lo` in the low nibble).
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e2m1x2(float lo, float hi) {
+#if ROCENANTE_NVFP4_COMPARE_CVT
+  return static_cast<std::uint8_t>(detail::e2m1_by_compare(lo) | (detail::e2m1_by_compare(hi) << 4));
+#else
   return static_cast<std::uint8_t>(__nv_cvt_float2_to_fp4x2(make_float2(lo, hi), __NV_E2M1, cudaRoundNearest));
+#endif
 }
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e2m1(float x) {
+#if ROCENANTE_NVFP4_COMPARE_CVT
+  return detail::e2m1_by_compare(x);
+#else
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest) & 0xf);
+#endif
 }
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float e2m1_to_float(std::uint8_t code) {
+#if ROCENANTE_NVFP4_COMPARE_CVT
+  return detail::e2m1_by_bits(code & 0xf);
+#else
   const __half_raw h = __nv_cvt_fp4_to_halfraw(static_cast<__nv_fp4_storage_t>(code & 0xf), __NV_E2M1);
   return __half2float(__half(h));
+#endif
 }
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e4m3(float x) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
