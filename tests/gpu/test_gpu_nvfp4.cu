@@ -57,13 +57,15 @@ long long first_diff(const void* a, const void* b, std::size_t bytes) {
   return -1;
 }
 
-/// Inputs that stress the codec: per 4096-element chunk a scale 2^[-30, 30], Gaussian values, and sprinkled
-/// specials (all-zero blocks, NaN, +-Inf, the largest floats, subnormals, exact E2M1 midpoints).
-std::vector<float> codec_input(std::size_t count, std::uint32_t seed) {
+/// Inputs that stress the codec: per 4096-element chunk a scale 2^e, e uniform in [-spread, spread], Gaussian
+/// values, and sprinkled specials (all-zero blocks, NaN, +-Inf, subnormals, -0, exact E2M1 midpoints; with `huge`
+/// also +-3.4e38). With a tensor scale from the finite amax, spread 8 keeps nearly every block's scale inside E4M3's
+/// range (normal and subnormal scales); a wide spread with huge values drives most blocks to scale 0 or saturation.
+std::vector<float> codec_input(std::size_t count, std::uint32_t seed, int spread, bool huge) {
   std::vector<float> x(count);
   std::mt19937 g(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_int_distribution<int> ex(-30, 30);
+  std::uniform_int_distribution<int> ex(-spread, spread);
   float sigma = 1.0f;
   for (std::size_t i = 0; i < count; ++i) {
     if (i % 4096 == 0) sigma = std::ldexp(1.0f, ex(g));
@@ -71,7 +73,8 @@ std::vector<float> codec_input(std::size_t count, std::uint32_t seed) {
   }
   std::uniform_int_distribution<std::size_t> at(0, count - 1);
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 3.4e38f, -3.4e38f, 1e-40f, -0.0f, 0.25f, 2.5f, 5.0f};
+                            -std::numeric_limits<float>::infinity(), huge ? 3.4e38f : 0.75f, huge ? -3.4e38f : -1.25f,
+                            1e-40f, -0.0f, 0.25f, 2.5f, 5.0f};
   for (int k = 0; k < 2000; ++k) x[at(g)] = specials[k % 10];
   for (int k = 0; k < 2000; ++k) {  // all-zero blocks
     const std::size_t b = at(g) / 16 * 16;
@@ -81,7 +84,7 @@ std::vector<float> codec_input(std::size_t count, std::uint32_t seed) {
 }
 
 template <class T>
-void check_codec(const std::vector<T>& x, float gs, const char* what) {
+void check_codec(const std::vector<T>& x, float gs, const char* what, double min_live_blocks = 0.0) {
   const std::size_t count = x.size();
   const std::size_t db = fp4::data_bytes(count), sb = fp4::blocks(count);
   auto t0 = std::chrono::steady_clock::now();
@@ -119,7 +122,12 @@ void check_codec(const std::vector<T>& x, float gs, const char* what) {
   CUDA_REQUIRE(cudaMemcpy(gx.data(), dy, count * sizeof(float), cudaMemcpyDeviceToHost));
   cudaFree(dx), cudaFree(dd), cudaFree(ds), cudaFree(dy), cudaFree(hd_dev), cudaFree(hs_dev);
 
-  MESSAGE(what << ": " << count << " elements, gs " << gs << ", host codec took " << host_s << " s");
+  std::size_t zero = 0, nan = 0, sat = 0;
+  for (std::uint8_t b : hs) zero += b == 0, nan += b == fp4::nan_scale, sat += b == 0x7e;
+  const double live = double(sb - zero - nan) / double(sb);
+  MESSAGE(what << ": " << count << " elements, gs " << gs << ", host codec took " << host_s << " s; blocks: " << sb
+               << ", scale 0: " << zero << ", NaN: " << nan << ", 448: " << sat << ", other: " << (sb - zero - nan - sat));
+  CHECK_MESSAGE(live >= min_live_blocks, what << ": only " << live * 100 << "% of blocks have a non-zero finite scale");
   const long long d1 = first_diff(gd.data(), hd.data(), db);
   CHECK_MESSAGE(d1 < 0, what << ": packed codes differ first at byte " << d1 << " (element " << 2 * d1 << ", x = "
                              << (d1 >= 0 ? nv_float(x[2 * d1]) : 0.0f) << "): GPU 0x" << std::hex
@@ -141,13 +149,15 @@ void check_codec(const std::vector<T>& x, float gs, const char* what) {
 TEST_SUITE("gpu.nvfp4.codec") {
   TEST_CASE("GPU quantize and dequantize are bit-identical to the host codec on 10^8 random elements") {
     const std::size_t count = 100'000'000;
-    const auto x = codec_input(count, 2026);
-    check_codec(x, fp4::global_scale_for(fp4::amax_finite(x.data(), count)), "fp32 x 1e8, tensor scale");
+    const auto x = codec_input(count, 2026, 8, false);
+    check_codec(x, fp4::global_scale_for(fp4::amax_finite(x.data(), count)), "fp32 x 1e8, tensor scale", 0.9);
   }
   TEST_CASE("bf16 input, saturating and tiny global scales, counts not a multiple of 16") {
-    auto xf = codec_input(10'000'003, 7);
+    auto xf = codec_input(10'000'003, 7, 30, true);
     std::vector<bf16> x(xf.size());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = __float2bfloat16_rn(xf[i]);
+    check_codec(x, fp4::global_scale_for(fp4::amax_finite(x.data(), x.size())), "bf16 x 1e7+3, wide range, tensor scale");
+    check_codec(x, 1.0f, "bf16 x 1e7+3, wide range, gs 1 (zero, subnormal, normal and saturated scales)", 0.2);
     check_codec(x, 1e30f, "bf16 x 1e7+3, gs 1e30 (saturates)");
     check_codec(x, 1e-30f, "bf16 x 1e7+3, gs 1e-30 (underflows)");
     std::vector<float> small(xf.begin(), xf.begin() + 1001);
