@@ -17,6 +17,7 @@
 #include <rocenante/transport/loopback.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -26,6 +27,11 @@
 #include <vector>
 
 using namespace rocenante;
+
+// Ranks sharing a GPU spin inside their kernels waiting for each other; under CUDA's lazy module loading a kernel's
+// first launch may wait for the device to go idle, i.e. for those spinning peers (docs/api.md). Load every module
+// when the context is created: set before main, hence before the first CUDA call.
+static const bool eager_module_loading = [] { return setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
 namespace fp4 = rocenante::reduce::nvfp4;
 using bf16 = __nv_bfloat16;
 
