@@ -6,6 +6,8 @@
 //                        transport_error (printed: "ibverbs unavailable: ...", or a device/port/GID error naming
 //                        the device). Any other outcome (a crash, a wrong sum) is a failure.
 //   ibverbs_probe avail  transport::ib::probe(): exit 0 when RDMA is usable here, 3 when not (reason printed).
+//   ibverbs_probe cards  connection-card validation: bad magic, size, version, rank, device count and window size
+//                        are each refused with a message naming the rank (exit 0 when all are).
 //
 // Examples: ROCENANTE_IBVERBS_LIB=/nonexistent ibverbs_probe comm   -> "ibverbs unavailable: cannot load ..."
 //           ROCENANTE_IB_HCA=rxe0 ROCENANTE_IB_GID_INDEX=7 ibverbs_probe comm (in the VM) -> error naming rxe0
@@ -32,8 +34,46 @@ int main(int argc, char** argv) {
     std::printf("ibverbs available: %s\n", names.c_str());
     return 0;
   }
+  if (mode == "cards") {  // connection-card validation (HAZARDS #8): every corruption is refused, naming the rank
+    using transport::ib::card;
+    card good{};
+    good.magic = transport::ib::card_magic;
+    good.version = transport::ib::card_version;
+    good.size = sizeof(card);
+    good.rank = 2;
+    good.devices = 1;
+    good.ok = 1;
+    good.window_bytes = 8192;
+    int bad = 0;
+    auto expect = [&](const card& c, const char* want) {
+      const std::string got = transport::ib::validate_card(c, 2, 1, 8192);
+      const bool pass = want[0] == '\0' ? got.empty() : got.find(want) != std::string::npos && got.find("rank 2") != std::string::npos;
+      std::printf("%s %s -> \"%s\"\n", pass ? "PASS" : "FAIL", want[0] ? want : "(accepted)", got.c_str());
+      bad += pass ? 0 : 1;
+    };
+    expect(good, "");
+    card c = good;
+    c.magic ^= 1;
+    expect(c, "bad magic");
+    c = good;
+    c.size -= 8;
+    expect(c, "connection card of");
+    c = good;
+    c.version += 1;
+    expect(c, "connection-card version");
+    c = good;
+    c.rank = 3;
+    expect(c, "claims rank 3");
+    c = good;
+    c.devices = 2;
+    expect(c, "uses 2 RDMA device(s), this rank 1");
+    c = good;
+    c.window_bytes = 4096;
+    expect(c, "window is 4096 bytes");
+    return bad ? 1 : 0;
+  }
   if (mode != "comm") {
-    std::fprintf(stderr, "usage: ibverbs_probe comm | avail\n");
+    std::fprintf(stderr, "usage: ibverbs_probe comm | avail | cards\n");
     return 2;
   }
   bootstrap::callback boot(0, 1, [](const void* s, void* r, std::size_t n) { std::memcpy(r, s, n); });

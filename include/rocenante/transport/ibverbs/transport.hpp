@@ -4,15 +4,23 @@
 // proxy thread per rank drains every queue in ticket order (catch-up by construction, HAZARDS #1) and turns each
 // descriptor into RDMA WRITEs. `post_one` is the only step that differs from the loopback proxy.
 //
-// One descriptor = two RDMA WRITEs on one RC queue pair, chained in one ibv_post_send:
-//   1. payload: staging[data_offset(slot) + off, +bytes)  ->  peer window, same offset    (unsignalled)
-//   2. flag:    8 bytes from a registered flag-source ring ->  peer window + 8 * flag_index (signalled)
-// HAZARDS #4: the flag is a separate write behind the payload on the same RC queue pair, not packed into the data.
-// RC executes and places RDMA WRITEs of one queue pair in order at the responder, and memory is registered
+// One descriptor = three RDMA WRITEs on one RC queue pair, chained in one ibv_post_send:
+//   1. payload:        staging[data_offset(slot) + off, +bytes) -> peer window, same offset  (unsignalled; absent
+//                      when bytes == 0, e.g. abort flags)
+//   2. flag, high half: 4 bytes (the call signature) of a registered flag-source ring entry -> flag word + 4
+//   3. flag, low half:  4 bytes (the sequence number) -> flag word + 0                          (signalled)
+// HAZARDS #4: the flag travels behind the payload on the same RC queue pair, not packed into the data. RC
+// executes and places the RDMA WRITEs of one queue pair in order at the responder, and memory is registered
 // without IBV_ACCESS_RELAXED_ORDERING, so a peer that sees the flag also sees the payload. Packing flags into the
 // data (NCCL LL/LL128) would change the window layout every transport shares and cost 1/16 to 1/2 of the
-// bandwidth; two writes cost one extra ~64-byte packet per descriptor. (GPUDirect into GPU memory would need a
+// bandwidth; separate writes cost small extra packets per descriptor. (GPUDirect into GPU memory would need a
 // flush or the PCIe ordering attribute; this transport registers host memory only: plain or pinned host-mapped.)
+// Why the flag is split: nothing in the verbs contract makes an 8-byte RDMA WRITE land atomically, and Soft-RoCE
+// does not (it copies with memcpy; under emulation the bytes land one at a time). A reader that saw the new
+// sequence (low half) beside the old signature (high half) took it for a peer in another collective: 2 false
+// mismatches in 10,000 collectives at 1% loss (docs/results/softroce-2026-12-03). Writing the signature first,
+// then the sequence, makes every torn state carry an old sequence, which a waiter ignores. Residual case: a slot's
+// very first use when the sequence is 0xffffffff (the unset word's low half) — only tests start there.
 //
 // Striping (a DGX Spark port is two PCIe functions): with D devices, descriptors of part p to peer q use device
 // (p + q) mod D. A descriptor's payload and flag always share one queue pair, so striping needs no cross-device
@@ -295,7 +303,7 @@ class basic_ibverbs {
 
   void set_up_local(ib::card& mine, std::vector<std::uint32_t>& psn) {
     const ib::verbs_load& v = ib::verbs();
-    if (!v.ok) throw transport_error("ibverbs unavailable on rank " + std::to_string(me_) + ": " + v.why);
+    if (!v.ok) throw transport_error("ibverbs unavailable: " + v.why);
     const ib::verbs_api& api = v.api;
     std::vector<std::string> names = cfg_.hca;
     std::vector<int> ports = cfg_.ports;
@@ -502,7 +510,7 @@ class basic_ibverbs {
     const std::size_t d = (part + e.peer) % res_.dev.size();
     conn& c = conns_[d * n_ + peer];
     if (c.failed) return;
-    const std::uint64_t need = e.bytes ? 2 : 1;
+    const std::uint64_t need = e.bytes ? 3 : 2;  // payload, then the flag's two halves
     const std::uint64_t depth = static_cast<std::uint64_t>(cfg_.send_depth);
     if (c.posted - c.completed + need > depth) {
       credit_waits_.fetch_add(1, std::memory_order_relaxed);
@@ -518,35 +526,34 @@ class basic_ibverbs {
     auto& r = res_.dev[d];
     const auto remote = remote_[d * n_ + peer];
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
-    ibv_sge sg[2]{};
-    ibv_send_wr wr[2]{};
+    ibv_sge sg[3]{};
+    ibv_send_wr wr[3]{};
     int k = 0;
-    if (e.bytes) {
-      sg[k].addr = reinterpret_cast<std::uint64_t>(staging_.get() + at);
-      sg[k].length = static_cast<std::uint32_t>(e.bytes);
-      sg[k].lkey = r.staging_mr->lkey;
-      wr[k].wr_id = wr_id(d, peer, c.posted + 1);
+    auto add = [&](std::uint64_t local, std::uint32_t length, std::uint32_t lkey, std::uint64_t remote_addr) {
+      sg[k].addr = local;
+      sg[k].length = length;
+      sg[k].lkey = lkey;
+      wr[k].wr_id = wr_id(d, peer, c.posted + static_cast<std::uint64_t>(k) + 1);
       wr[k].sg_list = &sg[k];
       wr[k].num_sge = 1;
       wr[k].opcode = IBV_WR_RDMA_WRITE;
-      wr[k].wr.rdma.remote_addr = remote.addr + at;
+      wr[k].wr.rdma.remote_addr = remote_addr;
       wr[k].wr.rdma.rkey = remote.rkey;
+      if (k > 0) wr[k - 1].next = &wr[k];
       ++k;
-    }
-    const std::uint64_t flag_seq_no = c.posted + need;
+    };
+    if (e.bytes)
+      add(reinterpret_cast<std::uint64_t>(staging_.get() + at), static_cast<std::uint32_t>(e.bytes), r.staging_mr->lkey,
+          remote.addr + at);
+    // The flag word as two 4-byte writes, signature (high half) first, then sequence (low half): see the file
+    // header (a responder may copy the 8 bytes one at a time; seq-before-signature reads as a false mismatch).
+    const std::uint64_t flag_seq_no = c.posted + need;  // number of the last request: the signalled one
     std::uint64_t* src = r.flag_src.get() + static_cast<std::size_t>(peer) * depth + (flag_seq_no % depth);
     *src = e.flag_value;
-    sg[k].addr = reinterpret_cast<std::uint64_t>(src);
-    sg[k].length = 8;
-    sg[k].lkey = r.flag_mr->lkey;
-    wr[k].wr_id = wr_id(d, peer, flag_seq_no);
-    wr[k].sg_list = &sg[k];
-    wr[k].num_sge = 1;
-    wr[k].opcode = IBV_WR_RDMA_WRITE;
-    wr[k].send_flags = IBV_SEND_SIGNALED;
-    wr[k].wr.rdma.remote_addr = remote.addr + e.flag_index * 8;
-    wr[k].wr.rdma.rkey = remote.rkey;
-    if (k == 1) wr[0].next = &wr[1];
+    const std::uint64_t flag_addr = remote.addr + e.flag_index * 8;
+    add(reinterpret_cast<std::uint64_t>(src) + 4, 4, r.flag_mr->lkey, flag_addr + 4);
+    add(reinterpret_cast<std::uint64_t>(src), 4, r.flag_mr->lkey, flag_addr);
+    wr[k - 1].send_flags = IBV_SEND_SIGNALED;
     ibv_send_wr* bad = nullptr;
     const int rc = ibv_post_send(r.qps[peer], wr, &bad);
     if (rc != 0) {
