@@ -195,6 +195,7 @@ void register_type(const char* tname, const std::vector<std::size_t>& sizes, con
 }  // namespace
 
 int main(int argc, char** argv) {
+  setenv("CUDA_MODULE_LOADING", "EAGER", 1);  // ranks share this process's context (docs/api.md)
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("SKIP: no usable CUDA GPU on this machine\n");

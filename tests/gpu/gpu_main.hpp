@@ -7,8 +7,12 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 int main(int argc, char** argv) {
+  // Ranks of one process share a CUDA context; gpu::communicator refuses lazy module loading there (see
+  // docs/api.md). Must be set before the first CUDA call.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

@@ -10,6 +10,7 @@
 // Health: check_health() reads a host-mapped mirror of the failure record and never synchronizes the device.
 #pragma once
 
+#include <cuda.h>  // CUmoduleLoadingMode only: the driver entry point is resolved through the runtime (no -lcuda)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -58,6 +59,14 @@ class communicator {
                                                                             Transport::name)),
         transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
     bootstrap::bootstrap_ref b(boot);
+    if constexpr (requires { Transport::ranks_share_process; })
+      if (Transport::ranks_share_process && b.size() > 1 && lazy_module_loading())
+        throw config_error(
+            "rank " + std::to_string(b.rank()) + ": " + std::to_string(b.size()) +
+            " ranks share this process's CUDA context and CUDA loads kernels lazily: the first launch of a kernel "
+            "can wait for kernels already running, which are other ranks' collectives spinning on this rank, so a "
+            "collective would stall until the timeout. Set CUDA_MODULE_LOADING=EAGER in the environment (or with "
+            "setenv before the first CUDA call)");
     ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
     enable_peer_access(b);
     bool one_device = true;
@@ -184,6 +193,21 @@ class communicator {
     last_error_ = why.rfind("rank ", 0) == 0 ? "rocenante " + std::move(why)
                                              : "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
     return s;
+  }
+
+  /// True when this process's CUDA context loads modules lazily (CUDA_MODULE_LOADING=LAZY, the default since
+  /// CUDA 12.2). Asked through the runtime's driver entry point, so users need not link libcuda.
+  static bool lazy_module_loading() {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        fn == nullptr) {
+      (void)cudaGetLastError();
+      return false;  // a driver without the query predates lazy loading
+    }
+    CUmoduleLoadingMode mode{};
+    if (reinterpret_cast<CUresult (*)(CUmoduleLoadingMode*)>(fn)(&mode) != CUDA_SUCCESS) return false;
+    return mode == CU_MODULE_LAZY_LOADING;
   }
 
   void enable_peer_access(bootstrap::bootstrap_ref b) {
