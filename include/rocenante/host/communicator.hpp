@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../algorithm/auto.hpp"
 #include "../algorithm/one_shot.hpp"
 #include "../algorithm/ring.hpp"
 #include "../bootstrap/concepts.hpp"
@@ -77,6 +78,15 @@ class communicator {
     return run<A, R>(protocol::collective::all_reduce, in, out, count);
   }
 
+  /// The same, with the algorithm chosen per call by algorithm::choose(count * sizeof(T), size()) (auto.hpp):
+  /// a function of values every rank shares, so every rank runs the same algorithm.
+  template <class T>
+  status all_reduce(const T* in, T* out, std::size_t count, algorithm::automatic) {
+    if (algorithm::choose(std::uint64_t{count} * sizeof(T), size()) == algorithm::algo::ring)
+      return all_reduce<algorithm::ring>(in, out, count);
+    return all_reduce<algorithm::one_shot>(in, out, count);
+  }
+
   /// out[q*count + i] = in_q[i] for every rank q: out holds size()*count elements.
   template <algorithm::algorithm A = algorithm::one_shot, class T>
   status all_gather(const T* in, T* out, std::size_t count, A = {}) {
@@ -95,6 +105,11 @@ class communicator {
         return all_reduce<algorithm::ring>(static_cast<const T*>(in), static_cast<T*>(out), count);
       return all_reduce<algorithm::one_shot>(static_cast<const T*>(in), static_cast<T*>(out), count);
     });
+  }
+  /// Runtime dispatch with `auto`: the algorithm from algorithm::choose(count * element bytes, size()).
+  status all_reduce(const void* in, void* out, std::size_t count, dtype t, algorithm::automatic) {
+    const std::uint64_t elem = t == dtype::f32 ? 4 : (t == dtype::f16 || t == dtype::bf16) ? 2 : 1;
+    return all_reduce(in, out, count, t, algorithm::choose(std::uint64_t{count} * elem, size()));
   }
   status all_gather(const void* in, void* out, std::size_t count, dtype t) {
     if (t != dtype::f32 && t != dtype::f16 && t != dtype::bf16)

@@ -1,0 +1,177 @@
+// core/env.hpp — the environment variables an operator reaches for, read in one place, NCCL style
+// (docs/environment.md has the table):
+//
+//   ROCENANTE_TRANSPORT     auto | ibverbs | nccl | loopback        (default auto)
+//   ROCENANTE_ALGO          auto | one_shot | ring                  (default auto)
+//   ROCENANTE_IB_HCA        RDMA devices, comma separated, each optionally ":port"  (read by the ibverbs
+//   ROCENANTE_IB_GID_INDEX  GID table index                          transport too: same grammar and ranges)
+//   ROCENANTE_TIMEOUT_MS    bound on every wait for a peer, in ms (overrides options::timeout_ns)
+//   ROCENANTE_DEBUG         NONE | WARN | INFO                      (default WARN)
+//
+// Keywords are case-insensitive (as NCCL's). A bad value throws config_error naming the variable, the value and
+// the accepted values. Set-up code (host/select.hpp) reads them on every rank and exchanges the outcome, so a
+// bad value on one rank fails set-up on every rank instead of leaving the others waiting (HAZARDS #8).
+// The other ROCENANTE_IB_* variables belong to the ibverbs transport alone (transport/ibverbs/device.hpp).
+// Host only.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+#include "log.hpp"
+#include "options.hpp"
+
+namespace rocenante::env {
+
+/// ROCENANTE_TRANSPORT: which transport set-up should use. `automatic` prefers RDMA and falls back, together on
+/// every rank; any other value is forced (its failure is an error, never a fallback).
+enum class transport_choice : std::uint8_t { automatic = 0, ibverbs = 1, nccl = 2, loopback = 3 };
+/// ROCENANTE_ALGO: the algorithm of calls that do not name one. `automatic`: algorithm/auto.hpp's table.
+enum class algo_choice : std::uint8_t { automatic = 0, one_shot = 1, ring = 2 };
+
+inline const char* to_string(transport_choice t) {
+  switch (t) {
+    case transport_choice::automatic: return "auto";
+    case transport_choice::ibverbs: return "ibverbs";
+    case transport_choice::nccl: return "nccl";
+    case transport_choice::loopback: return "loopback";
+  }
+  return "?";
+}
+inline const char* to_string(algo_choice a) {
+  switch (a) {
+    case algo_choice::automatic: return "auto";
+    case algo_choice::one_shot: return "one_shot";
+    case algo_choice::ring: return "ring";
+  }
+  return "?";
+}
+
+/// Most devices ROCENANTE_IB_HCA may name (the ibverbs transport's ib::max_devices; a host test checks both agree).
+inline constexpr int max_ib_devices = 4;
+
+/// Where variables come from: getenv by default; tests pass a lookup over a map.
+using lookup = std::function<const char*(const char*)>;
+
+namespace detail {
+inline std::string lower(std::string s) {
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return s;
+}
+inline std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+/// Integer in [lo, hi], decimal, nothing else; the message has the shape the ibverbs transport uses.
+inline std::int64_t parse_int(const char* what, const std::string& v, std::int64_t lo, std::int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+    throw config_error(std::string(what) + "='" + v + "' is not an integer in [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "]");
+  return x;
+}
+}  // namespace detail
+
+/// One RDMA device named by ROCENANTE_IB_HCA.
+struct ib_device_name {
+  std::string name;
+  int port = 1;
+  bool operator==(const ib_device_name&) const = default;
+};
+
+/// Parses ROCENANTE_IB_HCA ("mlx5_0:1,mlx5_1"): the grammar of ib::ib_config::from_env (spaces ignored, empty
+/// items skipped, port 1..255, at most max_ib_devices devices).
+inline std::vector<ib_device_name> parse_ib_hca(const std::string& all) {
+  std::vector<ib_device_name> out;
+  std::string item;
+  for (std::size_t i = 0; i <= all.size(); ++i) {
+    if (i == all.size() || all[i] == ',') {
+      if (!item.empty()) {
+        ib_device_name d;
+        if (const auto colon = item.find(':'); colon != std::string::npos) {
+          d.port = static_cast<int>(detail::parse_int("ROCENANTE_IB_HCA port", item.substr(colon + 1), 1, 255));
+          item = item.substr(0, colon);
+        }
+        d.name = item;
+        out.push_back(d);
+      }
+      item.clear();
+    } else if (all[i] != ' ') {
+      item += all[i];
+    }
+  }
+  if (out.size() > static_cast<std::size_t>(max_ib_devices))
+    throw config_error("ROCENANTE_IB_HCA names " + std::to_string(out.size()) + " devices; at most " +
+                       std::to_string(max_ib_devices) + " are supported");
+  return out;
+}
+
+/// Every variable of this header, parsed and checked.
+struct settings {
+  transport_choice transport = transport_choice::automatic;
+  algo_choice algo = algo_choice::automatic;
+  std::vector<ib_device_name> ib_hca;      ///< empty: the ibverbs transport picks the first ACTIVE device
+  int ib_gid_index = -1;                   ///< -1: the first RoCE v2 IPv4 GID
+  std::optional<std::uint64_t> timeout_ms; ///< unset: options::timeout_ns as the caller gave it
+  log_level debug = log_level::warn;
+
+  /// Reads the variables through `get` (default: getenv). Throws config_error for a bad value.
+  static settings read(const lookup& get = {}) {
+    auto fetch = [&](const char* name) -> std::optional<std::string> {
+      const char* v = get ? get(name) : std::getenv(name);
+      if (v == nullptr) return std::nullopt;
+      const std::string t = detail::trim(v);
+      if (t.empty()) return std::nullopt;  // set but empty: as unset (NCCL does the same)
+      return t;
+    };
+    settings s;
+    if (auto v = fetch("ROCENANTE_TRANSPORT")) {
+      const std::string k = detail::lower(*v);
+      if (k == "auto") s.transport = transport_choice::automatic;
+      else if (k == "ibverbs") s.transport = transport_choice::ibverbs;
+      else if (k == "nccl") s.transport = transport_choice::nccl;
+      else if (k == "loopback") s.transport = transport_choice::loopback;
+      else throw config_error("ROCENANTE_TRANSPORT='" + *v + "' is not one of auto, ibverbs, nccl, loopback");
+    }
+    if (auto v = fetch("ROCENANTE_ALGO")) {
+      const std::string k = detail::lower(*v);
+      if (k == "auto") s.algo = algo_choice::automatic;
+      else if (k == "one_shot") s.algo = algo_choice::one_shot;
+      else if (k == "ring") s.algo = algo_choice::ring;
+      else throw config_error("ROCENANTE_ALGO='" + *v + "' is not one of auto, one_shot, ring");
+    }
+    if (auto v = fetch("ROCENANTE_IB_HCA")) s.ib_hca = parse_ib_hca(*v);
+    if (auto v = fetch("ROCENANTE_IB_GID_INDEX"))
+      s.ib_gid_index = static_cast<int>(detail::parse_int("ROCENANTE_IB_GID_INDEX", *v, 0, 65535));
+    if (auto v = fetch("ROCENANTE_TIMEOUT_MS"))
+      s.timeout_ms = static_cast<std::uint64_t>(detail::parse_int("ROCENANTE_TIMEOUT_MS", *v, 1, 3'600'000));
+    if (auto v = fetch("ROCENANTE_DEBUG")) {
+      const std::string k = detail::lower(*v);
+      if (k == "none") s.debug = log_level::none;
+      else if (k == "warn") s.debug = log_level::warn;
+      else if (k == "info") s.debug = log_level::info;
+      else throw config_error("ROCENANTE_DEBUG='" + *v + "' is not one of NONE, WARN, INFO");
+    }
+    return s;
+  }
+
+  /// The options with the environment's overrides applied (ROCENANTE_TIMEOUT_MS -> timeout_ns).
+  options apply(options o) const {
+    if (timeout_ms) o.timeout_ns = *timeout_ms * 1'000'000ull;
+    return o;
+  }
+};
+
+}  // namespace rocenante::env

@@ -1,0 +1,452 @@
+// tests/host/test_select.cpp — start-up transport selection (host/select.hpp), environment parsing
+// (core/env.hpp), the auto algorithm table (algorithm/auto.hpp) and the connectivity rule, on CPU threads.
+// No RDMA device and no GPU are needed; where this machine has RDMA devices the "no devices" cases say so and
+// check only what holds either way.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <rocenante/host/select.hpp>
+#include <rocenante/rocenante.hpp>
+
+using namespace rocenante;
+using host::transport_kind;
+
+namespace {
+
+/// Captures log lines for the duration of a test.
+struct captured_log {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  captured_log() {
+    set_log_sink([this](const std::string& l) {
+      std::lock_guard lock(mu);
+      lines.push_back(l);
+    });
+  }
+  ~captured_log() { set_log_sink({}); }
+  std::vector<std::string> with(const std::string& needle) {
+    std::lock_guard lock(mu);
+    std::vector<std::string> r;
+    for (const auto& l : lines)
+      if (l.find(needle) != std::string::npos) r.push_back(l);
+    return r;
+  }
+};
+
+env::settings settings_from(std::map<std::string, std::string> m) {
+  return env::settings::read([m](const char* name) -> const char* {
+    auto it = m.find(name);
+    return it == m.end() ? nullptr : it->second.c_str();
+  });
+}
+
+std::string config_error_of(std::map<std::string, std::string> m) {
+  try {
+    settings_from(std::move(m));
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+/// Settings as if only `transport` (and INFO logging) were set, whatever this process's environment holds.
+host::select_config config(env::transport_choice t, env::algo_choice a = env::algo_choice::automatic) {
+  host::select_config c;
+  env::settings s;
+  s.transport = t;
+  s.algo = a;
+  s.debug = log_level::info;
+  c.settings = s;
+  return c;
+}
+
+bool this_machine_has_rdma() {
+#if ROCENANTE_HAS_IBVERBS
+  return transport::ib::probe().available;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+TEST_SUITE("host.select.env") {
+  TEST_CASE("unset variables give the documented defaults") {
+    const env::settings s = settings_from({});
+    CHECK(s.transport == env::transport_choice::automatic);
+    CHECK(s.algo == env::algo_choice::automatic);
+    CHECK(s.ib_hca.empty());
+    CHECK(s.ib_gid_index == -1);
+    CHECK_FALSE(s.timeout_ms.has_value());
+    CHECK(s.debug == log_level::warn);
+    options o;
+    CHECK(s.apply(o).timeout_ns == o.timeout_ns);
+  }
+
+  TEST_CASE("every accepted value parses, keywords case-insensitively") {
+    const env::settings s = settings_from({{"ROCENANTE_TRANSPORT", "IBVerbs"},
+                                           {"ROCENANTE_ALGO", "Ring"},
+                                           {"ROCENANTE_IB_HCA", "mlx5_0:1, mlx5_1:2,,"},
+                                           {"ROCENANTE_IB_GID_INDEX", "3"},
+                                           {"ROCENANTE_TIMEOUT_MS", "250"},
+                                           {"ROCENANTE_DEBUG", "info"}});
+    CHECK(s.transport == env::transport_choice::ibverbs);
+    CHECK(s.algo == env::algo_choice::ring);
+    REQUIRE(s.ib_hca.size() == 2);
+    CHECK(s.ib_hca[0] == env::ib_device_name{"mlx5_0", 1});
+    CHECK(s.ib_hca[1] == env::ib_device_name{"mlx5_1", 2});
+    CHECK(s.ib_gid_index == 3);
+    CHECK(s.debug == log_level::info);
+    CHECK(s.apply(options{}).timeout_ns == 250'000'000ull);
+    CHECK(settings_from({{"ROCENANTE_TRANSPORT", "nccl"}}).transport == env::transport_choice::nccl);
+    CHECK(settings_from({{"ROCENANTE_TRANSPORT", "LOOPBACK"}}).transport == env::transport_choice::loopback);
+    CHECK(settings_from({{"ROCENANTE_ALGO", "one_shot"}}).algo == env::algo_choice::one_shot);
+    CHECK(settings_from({{"ROCENANTE_DEBUG", "NONE"}}).debug == log_level::none);
+    CHECK(settings_from({{"ROCENANTE_TRANSPORT", "  "}}).transport == env::transport_choice::automatic);
+  }
+
+  TEST_CASE("a bad value is an error naming the variable, the value and the accepted values") {
+    CHECK(config_error_of({{"ROCENANTE_TRANSPORT", "tcp"}}) ==
+          "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, nccl, loopback");
+    CHECK(config_error_of({{"ROCENANTE_ALGO", "tree"}}) == "ROCENANTE_ALGO='tree' is not one of auto, one_shot, ring");
+    CHECK(config_error_of({{"ROCENANTE_DEBUG", "TRACE"}}) == "ROCENANTE_DEBUG='TRACE' is not one of NONE, WARN, INFO");
+    CHECK(config_error_of({{"ROCENANTE_IB_GID_INDEX", "3x"}}) ==
+          "ROCENANTE_IB_GID_INDEX='3x' is not an integer in [0, 65535]");
+    CHECK(config_error_of({{"ROCENANTE_IB_GID_INDEX", "-1"}}) ==
+          "ROCENANTE_IB_GID_INDEX='-1' is not an integer in [0, 65535]");
+    CHECK(config_error_of({{"ROCENANTE_TIMEOUT_MS", "0"}}) ==
+          "ROCENANTE_TIMEOUT_MS='0' is not an integer in [1, 3600000]");
+    CHECK(config_error_of({{"ROCENANTE_TIMEOUT_MS", "99999999999999999999999"}}) ==
+          "ROCENANTE_TIMEOUT_MS='99999999999999999999999' is not an integer in [1, 3600000]");
+    CHECK(config_error_of({{"ROCENANTE_IB_HCA", "mlx5_0:0"}}) == "ROCENANTE_IB_HCA port='0' is not an integer in [1, 255]");
+    CHECK(config_error_of({{"ROCENANTE_IB_HCA", "a,b,c,d,e"}}) ==
+          "ROCENANTE_IB_HCA names 5 devices; at most 4 are supported");
+  }
+
+#if ROCENANTE_HAS_IBVERBS
+  TEST_CASE("ROCENANTE_IB_HCA and ROCENANTE_IB_GID_INDEX parse as the ibverbs transport parses them") {
+    CHECK(env::max_ib_devices == transport::ib::max_devices);
+    ::setenv("ROCENANTE_IB_HCA", "rxe0:1, rxe1:2", 1);
+    ::setenv("ROCENANTE_IB_GID_INDEX", "7", 1);
+    const auto ib = transport::ib::ib_config::from_env();
+    const env::settings s = env::settings::read();
+    ::unsetenv("ROCENANTE_IB_HCA");
+    ::unsetenv("ROCENANTE_IB_GID_INDEX");
+    REQUIRE(ib.hca.size() == s.ib_hca.size());
+    for (std::size_t i = 0; i < ib.hca.size(); ++i) {
+      CHECK(ib.hca[i] == s.ib_hca[i].name);
+      CHECK(ib.ports[i] == s.ib_hca[i].port);
+    }
+    CHECK(ib.gid_index == s.ib_gid_index);
+  }
+#endif
+}
+
+TEST_SUITE("host.select.auto") {
+  TEST_CASE("the H200 single-GPU table's thresholds are those of the receipts") {
+    using algorithm::algo;
+    using algorithm::choose;
+    // 2 ranks: one_shot up to 256 KiB, ring from 512 KiB (perf-cuda_loopback-r2-graph.json).
+    CHECK(choose(8, 2) == algo::one_shot);
+    CHECK(choose(256 * 1024, 2) == algo::one_shot);
+    CHECK(choose(512 * 1024, 2) == algo::ring);
+    // 4 and 8 ranks: one_shot up to 512 KiB, ring from 1 MiB (r4, r8 receipts).
+    CHECK(choose(512 * 1024, 4) == algo::one_shot);
+    CHECK(choose(1 << 20, 4) == algo::ring);
+    CHECK(choose(512 * 1024, 8) == algo::one_shot);
+    CHECK(choose(1 << 20, 8) == algo::ring);
+    CHECK(choose(64u << 20, 8) == algo::ring);
+    // Unmeasured rank counts take the row below; one rank never exchanges anything.
+    CHECK(choose(300 * 1024, 3) == algo::ring);
+    CHECK(choose(300 * 1024, 5) == algo::one_shot);
+    CHECK(choose(1 << 20, 16) == algo::ring);
+    CHECK(choose(1ull << 40, 1) == algo::one_shot);
+    CHECK(algorithm::one_shot_limit(4) == 512 * 1024);
+  }
+
+  TEST_CASE("host::communicator accepts auto: the result is that of the algorithm the table names") {
+    host::spawn_ranks(2, [](bootstrap::in_process& boot) {
+      options o;
+      o.capacity_bytes = 1 << 20;
+      host::communicator<transport::loopback> comm(boot, o);
+      for (std::size_t count : {std::size_t{1000}, std::size_t{200'000}}) {  // 4 KB: one_shot; 800 KB: ring
+        std::vector<float> in(count), out(count, -1.0f), ref(count, -1.0f);
+        for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<float>(boot.rank() * 1000 + i % 13) * 0.5f;
+        REQUIRE(comm.all_reduce(in.data(), out.data(), count, algorithm::automatic{}) == status::ok);
+        const auto a = algorithm::choose(count * sizeof(float), 2);
+        const status s = a == algorithm::algo::ring ? comm.all_reduce<algorithm::ring>(in.data(), ref.data(), count)
+                                                    : comm.all_reduce<algorithm::one_shot>(in.data(), ref.data(), count);
+        REQUIRE(s == status::ok);
+        CHECK(std::memcmp(out.data(), ref.data(), count * sizeof(float)) == 0);
+        std::fill(out.begin(), out.end(), -1.0f);
+        REQUIRE(comm.all_reduce(in.data(), out.data(), count, dtype::f32, algorithm::automatic{}) == status::ok);
+        CHECK(std::memcmp(out.data(), ref.data(), count * sizeof(float)) == 0);
+      }
+    });
+  }
+}
+
+TEST_SUITE("host.select.connectivity") {
+  TEST_CASE("neighbours only: one_shot is refused with the failing pairs, ring is allowed") {
+    host::connectivity_report r = host::connectivity_report::full(4);
+    auto cut = [&](int a, int b) { r.reach[a * 4 + b] = 0; };
+    cut(0, 2);  // one direction is enough to break a pair
+    cut(3, 1);
+    CHECK(r.failed_pairs() == std::vector<std::pair<int, int>>{{0, 2}, {1, 3}});
+    CHECK_FALSE(r.any_to_any());
+    CHECK(r.neighbours());
+    CHECK(r.allows(algorithm::algo::ring));
+    CHECK_FALSE(r.allows(algorithm::algo::one_shot));
+    CHECK(r.describe() == "pairs that failed: 0-2, 1-3");
+    CHECK(r.refusal(algorithm::algo::one_shot).find("one_shot needs every pair of ranks connected") == 0);
+    CHECK(r.refusal(algorithm::algo::one_shot).find("0-2, 1-3") != std::string::npos);
+    CHECK(r.refusal(algorithm::algo::ring).empty());
+    cut(1, 2);
+    CHECK_FALSE(r.neighbours());
+    CHECK_FALSE(r.allows(algorithm::algo::ring));
+  }
+
+  TEST_CASE("a communicator whose start-up found only neighbours runs ring and refuses one_shot on every rank") {
+    captured_log log;
+    host::spawn_ranks(4, [](bootstrap::in_process& boot) {
+      host::select_config c = config(env::transport_choice::loopback);
+      c.reachable = [me = boot.rank()](transport_kind, int peer) { return (peer - me + 4) % 4 != 2; };  // a ring of 4
+      options o;
+      o.capacity_bytes = 64 * 1024;
+      host::selected_communicator comm(boot, o, c);
+      CHECK(comm.transport() == transport_kind::loopback);
+      CHECK(comm.selected().connectivity.describe() == "pairs that failed: 0-2, 1-3");
+      std::vector<float> in(100, 1.0f), out(100, 0.0f);
+      CHECK(comm.algorithm_for(400) == algorithm::algo::ring);
+      REQUIRE(comm.all_reduce(in.data(), out.data(), in.size()) == status::ok);  // auto: ring
+      CHECK(out[99] == 4.0f);
+      CHECK(comm.all_reduce(in.data(), out.data(), in.size(), algorithm::one_shot{}) == status::not_supported);
+      CHECK(comm.last_error().find("one_shot needs every pair of ranks connected") != std::string::npos);
+      CHECK(comm.all_gather(in.data(), out.data(), 10) == status::not_supported);
+      // The refusal consumed no sequence: the communicator is healthy and the next call works.
+      CHECK(comm.check_health().ok());
+      REQUIRE(comm.all_reduce(in.data(), out.data(), in.size(), algorithm::ring{}) == status::ok);
+      CHECK(out[0] == 4.0f);
+    });
+    const auto lines = log.with("ring only: one_shot refused by connectivity");
+    CHECK(lines.size() == 4);  // once per rank
+  }
+
+  TEST_CASE("ROCENANTE_ALGO=one_shot with only neighbours reachable fails set-up with a clear error") {
+    std::string what;
+    try {
+      host::spawn_ranks(4, [](bootstrap::in_process& boot) {
+        host::select_config c = config(env::transport_choice::loopback, env::algo_choice::one_shot);
+        c.reachable = [me = boot.rank()](transport_kind, int peer) { return (peer - me + 4) % 4 != 2; };
+        host::selected_communicator comm(boot, options{}, c);
+      });
+    } catch (const config_error& e) {
+      what = e.what();
+    }
+    CHECK(what.find("ROCENANTE_ALGO=one_shot refused on transport loopback: one_shot needs every pair") !=
+          std::string::npos);
+    CHECK(what.find("0-2, 1-3") != std::string::npos);
+  }
+}
+
+TEST_SUITE("host.select.vote") {
+  TEST_CASE("without RDMA devices and without a GPU: auto runs on loopback and the log says why") {
+    captured_log log;
+    host::spawn_ranks(3, [](bootstrap::in_process& boot) {
+      host::selected_communicator comm(boot, options{}, config(env::transport_choice::automatic));
+      if (!this_machine_has_rdma()) {
+        CHECK(comm.transport() == transport_kind::loopback);
+        CHECK(comm.selected().fell_back);
+        CHECK(comm.selected().failing_ranks() == std::vector<int>{0, 1, 2});
+        CHECK(comm.selected().reason.find("ibverbs unusable: ranks 0, 1, 2: ") == 0);
+      }
+      std::vector<__nv_bfloat16> in(50, __float2bfloat16(1.5f)), out(50);
+      REQUIRE(comm.all_reduce(in.data(), out.data(), in.size()) == status::ok);
+      CHECK(__bfloat162float(out[49]) == 4.5f);
+    });
+    if (!this_machine_has_rdma()) {
+      const auto lines = log.with("ROCENANTE INFO transport loopback (ROCENANTE_TRANSPORT=auto");
+      REQUIRE(lines.size() == 3);
+      MESSAGE(lines[0]);
+      CHECK(lines[0].find("ibverbs unusable") != std::string::npos);
+#if ROCENANTE_HAS_IBVERBS
+      CHECK(lines[0].find("ibverbs unavailable") != std::string::npos);
+#else
+      CHECK(lines[0].find("not built") != std::string::npos);
+#endif
+      CHECK(lines[0].find("every rank falls back to loopback together") != std::string::npos);
+      CHECK(log.with("[rank 1] ROCENANTE INFO").size() == 1);  // once per rank
+    } else {
+      MESSAGE("this machine has RDMA devices: the no-device log is not checked here");
+    }
+  }
+
+  TEST_CASE("forced ibverbs without RDMA devices fails on every rank with a clear error") {
+    if (this_machine_has_rdma()) {
+      MESSAGE("skipped: this machine has RDMA devices");
+      return;
+    }
+    std::vector<std::string> errors(2);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      try {
+        host::selected_communicator comm(boot, options{}, config(env::transport_choice::ibverbs));
+      } catch (const transport_error& e) {
+        errors[boot.rank()] = e.what();
+      }
+    });
+    for (const auto& e : errors) {
+      CHECK(e.find("no transport usable by every rank (ROCENANTE_TRANSPORT=ibverbs): ibverbs unusable: ranks 0, 1:") == 0);
+      CHECK(e.find("the transport was forced, so there is no fallback") != std::string::npos);
+    }
+    CHECK(errors[0] == errors[1]);
+  }
+
+  TEST_CASE("one rank's failed probe makes every rank fall back, and the log names that rank and its reason") {
+    captured_log log;
+    std::vector<host::selection> seen(4);
+    host::spawn_ranks(4, [&](bootstrap::in_process& boot) {
+      host::select_config c = config(env::transport_choice::automatic);
+      // Every rank but 2 reports ibverbs usable; rank 2 says why not. No fake libibverbs: only the verdict.
+      c.probe_hook = [me = boot.rank()](transport_kind k, host::verdict& v) {
+        if (k != transport_kind::ibverbs) return;
+        v = me == 2 ? host::verdict::make(k, me, host::probe_code::injected, "rxe0 port 1: port is DOWN, not ACTIVE")
+                    : host::verdict::make(k, me, host::probe_code::ok, "rxe0 (injected)");
+      };
+      host::selected_communicator comm(boot, options{}, c);
+      seen[boot.rank()] = comm.selected();
+      CHECK(comm.transport() == transport_kind::loopback);
+      std::vector<float> in(10, 1.0f), out(10);
+      REQUIRE(comm.all_reduce(in.data(), out.data(), in.size()) == status::ok);
+      CHECK(out[0] == 4.0f);
+    });
+    for (const auto& s : seen) {
+      CHECK(s.preferred == transport_kind::ibverbs);
+      CHECK(s.chosen == transport_kind::loopback);
+      CHECK(s.fell_back);
+      CHECK(s.failing_ranks() == std::vector<int>{2});
+      CHECK(s.verdicts[2].code_value() == host::probe_code::injected);
+      CHECK(s.verdicts[0].usable());
+      CHECK(s.reason == "ibverbs unusable: rank 2: rxe0 port 1: port is DOWN, not ACTIVE; every rank falls back to "
+                        "loopback together");
+      CHECK(s.reason == seen[0].reason);
+    }
+    // Some ranks could have used ibverbs: the fallback is a warning, once per rank, naming rank 2 and the reason.
+    const auto lines = log.with("ROCENANTE WARN transport loopback");
+    REQUIRE(lines.size() == 4);
+    CHECK(lines[0].find("rank 2: rxe0 port 1: port is DOWN, not ACTIVE") != std::string::npos);
+    MESSAGE(lines[0]);
+  }
+
+  TEST_CASE("every probe passing but ibverbs set-up failing: every rank falls back with the set-up error") {
+    if (this_machine_has_rdma()) {
+      MESSAGE("skipped: this machine has RDMA devices (set-up would succeed)");
+      return;
+    }
+#if !ROCENANTE_HAS_IBVERBS
+    MESSAGE("skipped: ibverbs not built into this binary");
+    return;
+#endif
+    std::vector<host::selection> seen(2);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      host::select_config c = config(env::transport_choice::automatic);
+      c.probe_hook = [me = boot.rank()](transport_kind k, host::verdict& v) {
+        if (k == transport_kind::ibverbs) v = host::verdict::make(k, me, host::probe_code::ok, "injected");
+      };
+      host::selected_communicator comm(boot, options{}, c);
+      seen[boot.rank()] = comm.selected();
+    });
+    for (const auto& s : seen) {
+      CHECK(s.chosen == transport_kind::loopback);
+      // The transport's own message, as each rank saw it: every rank names rank 0's set-up failure.
+      CHECK(s.reason.find("ibverbs unusable: rank 0: ibverbs (seen by rank 0): set-up failed on rank 0: ibverbs unavailable") == 0);
+      CHECK(s.reason.find("rank 1: ibverbs (seen by rank 1): set-up failed on rank 0") != std::string::npos);
+      CHECK(s.reason.find("every rank falls back to loopback together") != std::string::npos);
+      CHECK(s.reason == seen[0].reason);
+    }
+  }
+
+  TEST_CASE("ranks asking for different transports fail set-up on every rank, naming the variable") {
+    std::vector<std::string> errors(2);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      try {
+        host::selected_communicator comm(
+            boot, options{},
+            config(boot.rank() == 0 ? env::transport_choice::loopback : env::transport_choice::automatic));
+      } catch (const config_mismatch_error& e) {
+        errors[boot.rank()] = e.what();
+        CHECK(e.field() == "ROCENANTE_TRANSPORT");
+      }
+    });
+    CHECK(errors[0] == "transport selection: ROCENANTE_TRANSPORT is loopback on rank 0 but auto on rank 1; every rank "
+                       "must ask for the same transport");
+    CHECK(errors[1] == errors[0]);
+  }
+
+  TEST_CASE("a bad environment on one rank fails set-up on every rank, naming the rank and the variable") {
+    std::vector<std::string> errors(3);
+    ::setenv("ROCENANTE_ALGO", "tree", 1);  // before the threads start; only rank 1 reads the environment
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      host::select_config c = config(env::transport_choice::loopback);
+      if (boot.rank() == 1) c.settings.reset();  // the real path: read at set-up, exchanged before anyone throws
+      try {
+        host::selected_communicator comm(boot, options{}, c);
+      } catch (const config_error& e) {
+        errors[boot.rank()] = e.what();
+      }
+    });
+    ::unsetenv("ROCENANTE_ALGO");
+    for (int r = 0; r < 3; ++r)
+      CHECK(errors[r] == "rank 1: ROCENANTE_ALGO='tree' is not one of auto, one_shot, ring (seen by rank " +
+                             std::to_string(r) + "; docs/environment.md lists the accepted values)");
+  }
+
+  TEST_CASE("nccl asked of the host executor is refused with the reason") {
+    std::string what;
+    try {
+      host::spawn_ranks(1, [](bootstrap::in_process& boot) {
+        host::selected_communicator comm(boot, options{}, config(env::transport_choice::nccl));
+      });
+    } catch (const transport_error& e) {
+      what = e.what();
+    }
+    CHECK(what.find("nccl unusable: rank 0: nccl runs with the GPU executor only") != std::string::npos);
+  }
+
+  TEST_CASE("loopback across processes is refused by the vote (process tokens differ)") {
+    // Two ranks in one process cannot differ in pid; the table is built by hand as the exchange would build it.
+    host::vote_table t;
+    t.ranks = 2;
+    t.requested = env::transport_choice::automatic;
+    t.order = {transport_kind::ibverbs, transport_kind::loopback};
+    t.v.resize(2);
+    for (int q = 0; q < 2; ++q)
+      for (int k = 0; k < host::transport_kinds; ++k)
+        t.v[q][k] = host::verdict::make(static_cast<transport_kind>(k), q, host::probe_code::not_probed);
+    t.fail(transport_kind::ibverbs, 0, host::probe_code::no_devices, "ibverbs unavailable: no devices");
+    t.fail(transport_kind::ibverbs, 1, host::probe_code::no_devices, "ibverbs unavailable: no devices");
+    t.fail(transport_kind::loopback, 0, host::probe_code::ok, "");
+    t.fail(transport_kind::loopback, 1, host::probe_code::other_process, "runs in another process");
+    std::string what;
+    try {
+      (void)host::decide(t);
+    } catch (const transport_error& e) {
+      what = e.what();
+    }
+    CHECK(what == "no transport usable by every rank (ROCENANTE_TRANSPORT=auto): ibverbs unusable: ranks 0, 1: ibverbs "
+                  "unavailable: no devices; then loopback unusable: rank 1: runs in another process");
+  }
+
+  TEST_CASE("the verdict is a fixed 256-byte record and long reasons are truncated, not overflowed") {
+    const host::verdict v = host::verdict::make(transport_kind::ibverbs, 3, host::probe_code::device_unusable,
+                                                std::string(500, 'x'));
+    CHECK(sizeof v == 256);
+    CHECK(v.text().size() == sizeof v.reason - 1);
+    CHECK_FALSE(v.usable());
+    CHECK(v.rank == 3);
+  }
+}
