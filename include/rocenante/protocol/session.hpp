@@ -54,6 +54,9 @@ ROCENANTE_HOST_DEVICE constexpr std::uint64_t hop_grace(std::uint64_t timeout_ns
 
 template <team Team, class Handle>
 class session {
+  /// CTAs of one collective run at the same time; the host executor runs its parts in order on one thread.
+  static constexpr bool parts_run_concurrently = ROCENANTE_DEVICE_PASS != 0;
+
  public:
   using handle_type = Handle;
   using team_type = Team;
@@ -172,7 +175,7 @@ class session {
   /// pairing their call with this rank's next one (HAZARDS #7, #17): every team thread calls; the team publishes
   /// the abort flag (abort_peers) and the rank is poisoned with `rec`.
   ROCENANTE_HOST_DEVICE void reject(failure_record rec) {
-    abort_peers(rec.kind, rec.peer);
+    abort_peers(rec.kind, rec.peer, /*all_parts=*/true);
     if (team_.thread() == 0) {
       rec.seq = seq_;
       rec.slot = slot();
@@ -180,16 +183,25 @@ class session {
     }
   }
 
-  /// Every team thread calls: write the abort flag (seq, abort_signature(kind, suspect)) into every channel of every part
-  /// of this sequence's slot at every peer. Used when this rank refuses a call and when one of its waits failed,
-  /// so that a failure reaches every rank at once — in a ring, a rank waits only for its neighbour, and without
-  /// this a failure would travel one timeout per hop. The slot's flags at a peer belong to this sequence (the
-  /// two-slot argument), so nothing live is overwritten; a peer that already finished this sequence ignores
-  /// them (it waits for other sequence numbers).
-  ROCENANTE_HOST_DEVICE void abort_peers(std::uint32_t kind, int suspect) {
+  /// Every team thread calls: write the abort flag (seq, abort_signature(kind, suspect)) into every channel of
+  /// this sequence's slot at every peer — of every part when `all_parts`, else of this part only. Used when this
+  /// rank refuses a call and when one of its waits failed, so that a failure reaches every rank at once — in a
+  /// ring, a rank waits only for its neighbour, and without this a failure would travel one timeout per hop.
+  /// The slot's flags at a peer belong to this sequence (the two-slot argument), so nothing live is overwritten;
+  /// a peer that already finished this sequence ignores them (it waits for other sequence numbers).
+  ///
+  /// A shared_staging handle (proxy, NIC) has one post queue per part with a single producer, the part's thread
+  /// 0. Parts that run concurrently (CTAs) therefore abort only their own part's flags: every part that fails
+  /// settles and aborts its own, and a part still waiting sees the poison word and fails at its next check.
+  /// The host executor runs parts one after another on one thread, and the reject kernel runs alone on its
+  /// stream, so those write every part. The first post that fails (a full queue behind a stalled proxy) ends the
+  /// loop: each further post would wait out the same timeout.
+  ROCENANTE_HOST_DEVICE void abort_peers(std::uint32_t kind, int suspect, bool all_parts = !parts_run_concurrently) {
     const auto& l = h_.layout();
     const std::uint64_t value = make_flag(seq_, abort_signature(kind, suspect));
-    const std::uint64_t per_peer = std::uint64_t{l.max_parts} * l.channels;
+    const bool own_only = Handle::shared_staging && !all_parts;
+    const std::uint64_t parts_here = own_only ? 1 : std::uint64_t{l.max_parts};
+    const std::uint64_t per_peer = parts_here * l.channels;
     const int ranks = h_.ranks(), self = h_.rank();
     // A shared_staging handle has one producer per part queue: thread 0 posts everything.
     const std::uint64_t first = Handle::shared_staging ? (team_.thread() == 0 ? 0 : ~std::uint64_t{0}) : team_.thread();
@@ -197,9 +209,13 @@ class session {
     for (std::uint64_t w = first; w < per_peer * ranks; w += stride) {
       const int peer = static_cast<int>(w / per_peer);
       if (peer == self) continue;
-      const std::uint32_t part = static_cast<std::uint32_t>((w % per_peer) / l.channels);
+      const std::uint32_t part = own_only ? part_ : static_cast<std::uint32_t>((w % per_peer) / l.channels);
       const std::uint32_t channel = static_cast<std::uint32_t>(w % l.channels);
-      (void)h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value);
+      if constexpr (std::is_same_v<decltype(h_.signal(peer, slot(), 0, 0, 0, value)), bool>) {
+        if (!h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value)) break;
+      } else {
+        h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value);
+      }
     }
     team_.sync();
   }
