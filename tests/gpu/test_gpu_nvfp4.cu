@@ -458,6 +458,80 @@ void gather_case(int n, std::size_t rows, std::size_t cols, fp4::sf_layout in_l,
 
 }  // namespace
 
+
+/// Fused all-reduce + residual + RMSNorm with a bf16 output (norm_out, no NVFP4): GPU ranks vs the host executor.
+template <class Transport>
+void norm_case(int n, std::size_t rows, std::size_t cols, std::uint32_t seed) {
+  const std::size_t count = rows * cols;
+  const options o = nvfp4_options(count * 2);
+  std::vector<std::vector<bf16>> in(n);
+  for (int r = 0; r < n; ++r) in[r] = random_bf16(count, seed + r, 1.0f);
+  const auto res = random_bf16(count, seed + 100, 0.5f);
+  auto w = random_bf16(cols, seed + 101, 0.2f);
+  for (auto& x : w) x = __float2bfloat16_rn(1.0f + __bfloat162float(x));
+  auto make_epi = [&](bf16* y, bf16* rout, const bf16* resp, const bf16* wp) {
+    algorithm::nvfp4_epilogue<bf16> e;
+    e.rows = rows;
+    e.cols = cols;
+    e.residual = resp;
+    e.residual_out = rout;
+    e.rms_norm = true;
+    e.weight = wp;
+    e.epsilon = 1e-6f;
+    e.norm_out = y;
+    return e;
+  };
+  std::vector<std::vector<bf16>> hy(n), hr(n), gy(n), gr(n);
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    hy[r].assign(count, bf16{});
+    hr[r].assign(count, bf16{});
+    host::nvfp4_communicator<transport::loopback> comm(b, o);
+    if (comm.all_reduce_quantize(in[r].data(), make_epi(hy[r].data(), hr[r].data(), res.data(), w.data())) != status::ok)
+      FAIL("host executor failed: " << comm.last_error());
+  });
+  std::mutex mu;
+  std::vector<std::string> errors;
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    gpu::communicator<Transport> comm(b, o);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    dev_mem din(count * 2), dres(count * 2), dw(cols * 2), dy(count * 2), drout(count * 2);
+    pinned_mem hy2(count * 2), hr2(count * 2);
+    CUDA_REQUIRE(cudaMemcpy(din.p, in[r].data(), count * 2, cudaMemcpyHostToDevice));
+    CUDA_REQUIRE(cudaMemcpy(dres.p, res.data(), count * 2, cudaMemcpyHostToDevice));
+    CUDA_REQUIRE(cudaMemcpy(dw.p, w.data(), cols * 2, cudaMemcpyHostToDevice));
+    CUDA_REQUIRE(cudaMemset(dy.p, 0xcd, count * 2));
+    CUDA_REQUIRE(cudaMemset(drout.p, 0xcd, count * 2));
+    cudaDeviceSynchronize();
+    b.barrier();
+    std::string why;
+    const status s = gpu::all_reduce_quantize(comm, din.as<bf16>(), make_epi(dy.as<bf16>(), drout.as<bf16>(), dres.as<bf16>(), dw.as<bf16>()), st, &why);
+    cudaMemcpyAsync(hy2.p, dy.p, count * 2, cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(hr2.p, drout.p, count * 2, cudaMemcpyDeviceToHost, st);
+    const cudaError_t ce = cudaStreamSynchronize(st);
+    gy[r].assign(hy2.as<bf16>(), hy2.as<bf16>() + count);
+    gr[r].assign(hr2.as<bf16>(), hr2.as<bf16>() + count);
+    const auto health = comm.check_health();
+    if (s != status::ok || ce != cudaSuccess || !health.ok()) {
+      std::lock_guard lock(mu);
+      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
+                       cudaGetErrorString(ce) + " health " + health.message);
+    }
+    b.barrier();
+    cudaStreamDestroy(st);
+  });
+  for (auto& e : errors) FAIL_CHECK(e);
+  for (int r = 0; r < n; ++r) {
+    const long long d1 = first_diff(gy[r].data(), hy[0].data(), count * 2);
+    CHECK_MESSAGE(d1 < 0, Transport::name << " n=" << n << " rows=" << rows << " cols=" << cols << ": rank " << r
+                                          << " normalised output differs from the host first at element " << d1 / 2);
+    const long long d2 = first_diff(gr[r].data(), hr[0].data(), count * 2);
+    CHECK_MESSAGE(d2 < 0, Transport::name << " n=" << n << ": rank " << r << " residual output differs first at element " << d2 / 2);
+  }
+}
+
 TEST_SUITE("gpu.nvfp4.collectives") {
   TEST_CASE("NVFP4-wire all-reduce: every GPU rank returns the host executor's bytes (direct and proxy mode)") {
     for (int n : {2, 4})
@@ -473,6 +547,11 @@ TEST_SUITE("gpu.nvfp4.collectives") {
       epilogue_case<transport::cuda_loopback>(n, {7, 80, false, false, true, false, fp4::sf_layout::swizzled_128x4}, 50 + n);
     }
     epilogue_case<transport::cuda_loopback_proxy>(2, {64, 1024, true, true, true, true, fp4::sf_layout::swizzled_128x4}, 60);
+  }
+  TEST_CASE("fused all-reduce + residual + RMSNorm with bf16 output (norm_out) equals the host executor on every rank") {
+    for (int n : {2, 4, 8}) norm_case<transport::cuda_loopback>(n, 64, 4096, 110 + n);
+    norm_case<transport::cuda_loopback>(4, 3, 1024, 120);
+    norm_case<transport::cuda_loopback_proxy>(4, 32, 2048, 130);
   }
   TEST_CASE("NVFP4 all-gather: rows concatenated and scales re-laid out exactly as on the host") {
     for (int n : {2, 4}) {

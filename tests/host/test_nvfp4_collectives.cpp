@@ -399,3 +399,87 @@ TEST_SUITE("host.nvfp4.all_gather") {
     }
   }
 }
+
+// --- fused residual + RMSNorm with output in the input type (norm_out, no NVFP4) --------------------------------
+
+TEST_SUITE("host.nvfp4.epilogue") {
+  TEST_CASE("sum + residual + RMSNorm -> bf16 (norm_out, no NVFP4 output) equals the model bit for bit and float64 within bf16 rounding") {
+    for (int n : {2, 3, 4}) {
+      CAPTURE(n);
+      const std::size_t rows = 19, cols = 1024, count = rows * cols;
+      std::vector<std::vector<bf16>> in(n);
+      for (int q = 0; q < n; ++q) in[q] = gaussian<bf16>(count, static_cast<std::uint32_t>(77 + q));
+      const std::vector<bf16> res = gaussian<bf16>(count, 91u, 0.5f);
+      std::vector<bf16> w = gaussian<bf16>(cols, 92u, 0.3f);
+      for (auto& x : w) x = __float2bfloat16_rn(1.0f + __bfloat162float(x));
+      const float eps = 1e-5f;
+      std::vector<std::vector<bf16>> y(n), rout(n);
+      std::vector<status> st(n);
+      host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+        const int r = b.rank();
+        host::nvfp4_communicator<transport::loopback> comm(b, fp4_options(count * 2, 5, 64));
+        y[r].assign(count, __float2bfloat16_rn(-7.0f));
+        rout[r].assign(count, __float2bfloat16_rn(-7.0f));
+        algorithm::nvfp4_epilogue<bf16> e;
+        e.rows = rows;
+        e.cols = cols;
+        e.residual = res.data();
+        e.residual_out = rout[r].data();
+        e.rms_norm = true;
+        e.weight = w.data();
+        e.epsilon = eps;
+        e.norm_out = y[r].data();  // out_data stays null: no NVFP4 output
+        st[r] = comm.all_reduce_quantize(in[r].data(), e);
+      });
+      for (int r = 0; r < n; ++r) REQUIRE_MESSAGE(st[r] == status::ok, "rank " << r);
+      // Order-faithful model (fp32 rank-order sum, + residual, 32-lane sum of squares) and a float64 reference.
+      int bad_model = 0, bad64 = 0;
+      for (std::size_t m = 0; m < rows; ++m) {
+        std::vector<float> h(cols);
+        std::vector<double> h64(cols);
+        for (std::size_t j = 0; j < cols; ++j) {
+          const std::size_t i = m * cols + j;
+          float a = 0;
+          double a64 = 0;
+          for (int q = 0; q < n; ++q) {
+            const float v = __bfloat162float(in[q][i]);
+            a = q == 0 ? v : a + v;
+            a64 += v;
+          }
+          h[j] = a + __bfloat162float(res[i]);
+          h64[j] = a64 + __bfloat162float(res[i]);
+        }
+        float p[32] = {}, t[32];
+        for (int l = 0; l < 32; ++l)
+          for (std::size_t k = l; k < cols / 16; k += 32)
+            for (int i = 0; i < 16; ++i) p[l] = p[l] + h[k * 16 + i] * h[k * 16 + i];
+        for (int o = 16; o; o >>= 1) {
+          for (int l = 0; l < 32; ++l) t[l] = p[l] + p[l ^ o];
+          std::memcpy(p, t, sizeof p);
+        }
+        const float rinv = 1.0f / std::sqrt(p[0] / static_cast<float>(cols) + eps);
+        double ss = 0;
+        for (double v : h64) ss += v * v;
+        const double rinv64 = 1.0 / std::sqrt(ss / cols + eps);
+        for (std::size_t j = 0; j < cols; ++j) {
+          const std::size_t i = m * cols + j;
+          const float wj = __bfloat162float(w[j]);
+          const bf16 want = __float2bfloat16_rn((h[j] * rinv) * wj);
+          if (std::memcmp(&want, &y[0][i], 2) != 0 && bad_model++ < 5)
+            FAIL_CHECK("row " << m << " col " << j << ": " << __bfloat162float(y[0][i]) << " vs model " << __bfloat162float(want));
+          const double ref = h64[j] * rinv64 * wj;
+          if (std::fabs(__bfloat162float(y[0][i]) - ref) > std::fabs(ref) * 0x1p-8 + 1e-5 && bad64++ < 5)
+            FAIL_CHECK("row " << m << " col " << j << ": " << __bfloat162float(y[0][i]) << " vs float64 " << ref);
+          const bf16 rw = __float2bfloat16_rn(h[j]);
+          if (std::memcmp(&rw, &rout[0][i], 2) != 0 && bad_model++ < 5) FAIL_CHECK("residual_out row " << m << " col " << j);
+        }
+      }
+      CHECK(bad_model == 0);
+      CHECK(bad64 == 0);
+      for (int r = 1; r < n; ++r) {
+        CHECK_MESSAGE(std::memcmp(y[r].data(), y[0].data(), count * 2) == 0, "rank " << r << " differs");
+        CHECK_MESSAGE(std::memcmp(rout[r].data(), rout[0].data(), count * 2) == 0, "rank " << r << " residual differs");
+      }
+    }
+  }
+}

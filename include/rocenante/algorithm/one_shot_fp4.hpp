@@ -74,6 +74,10 @@ struct nvfp4_epilogue {
   std::uint8_t* out_data = nullptr;    ///< rows * cols / 2 bytes, row-major, element 0 in the low nibble
   std::uint8_t* out_scales = nullptr;  ///< nvfp4::sf_bytes(layout, rows, cols) bytes (padding written as 0)
   reduce::nvfp4::sf_layout layout = reduce::nvfp4::sf_layout::swizzled_128x4;
+  /// Optional: T(rmsnorm?(sum + residual?)), rows x cols, the normalised activations in the input type (the
+  /// fused all-reduce + residual + RMSNorm of a decode layer whose next GEMM takes bf16/fp16). With out_data ==
+  /// nullptr the epilogue ends there: no NVFP4 output, out_scales unused.
+  T* norm_out = nullptr;
 };
 
 /// An NVFP4 tensor of rows x cols (cols % 16 == 0): packed codes row-major and E4M3 scales in `layout`.
@@ -234,12 +238,15 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
           h[i] = nv::mul_rn(nv::mul_rn(h[i], rinv), w);
         }
       }
+      if (e.norm_out) store_block<T>(e.norm_out + m * e.cols, e.cols, k, h);
+      if (e.out_data == nullptr) continue;
       alignas(8) std::uint8_t c[8];
       const std::uint8_t sf = nv::encode_block(h, e.global_scale, c);
       store8(e.out_data + (m * e.cols) / 2 + k * 8, c);
       e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = sf;
     }
-    for (std::uint64_t k = kb + lane; k < kpad; k += 32) e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = 0;
+    if (e.out_data != nullptr)
+      for (std::uint64_t k = kb + lane; k < kpad; k += 32) e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = 0;
   };
 #if ROCENANTE_DEVICE_PASS
   const int lane = team.thread() & 31, warps = team.size() >> 5;
@@ -268,7 +275,7 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
     for (int l = 0; l < 32; ++l) quant(m, l, rinv);
   }
 #endif
-  if (pad_rows && swz) {  // rows rows..align128(rows) of the swizzled array belong to no part: the last part zeroes them
+  if (pad_rows && swz && e.out_data != nullptr) {  // rows rows..align128(rows) of the swizzled array belong to no part: the last part zeroes them
     const std::uint64_t prow = (e.rows + 127) / 128 * 128;
     for (std::uint64_t i = team.thread(); i < (prow - e.rows) * kpad; i += team.size())
       e.out_scales[nv::sf_offset(e.layout, e.rows + i / kpad, i % kpad, e.cols)] = 0;

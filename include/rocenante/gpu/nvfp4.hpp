@@ -62,9 +62,10 @@ status all_reduce_fp4(communicator<Transport>& c, const T* in, T* out, std::size
 template <class T, class Transport>
 status all_reduce_quantize(communicator<Transport>& c, const T* in, const algorithm::nvfp4_epilogue<T>& e,
                            cudaStream_t stream, std::string* why = nullptr) {
-  std::string reason = nvfp4_detail::check_common(c, in, e.out_data, e.rows * e.cols, sizeof(T));
+  const void* out = e.out_data != nullptr ? static_cast<const void*>(e.out_data) : static_cast<const void*>(e.norm_out);
+  std::string reason = nvfp4_detail::check_common(c, in, out, e.rows * e.cols, sizeof(T));
   if (reason.empty() && e.cols % 16 != 0) reason = "cols is not a multiple of 16";
-  if (reason.empty() && e.out_scales == nullptr) reason = "out_scales is null";
+  if (reason.empty() && e.out_data != nullptr && e.out_scales == nullptr) reason = "out_scales is null";
   if (reason.empty() && !(e.global_scale > 0.0f && e.global_scale <= 3.4028234663852886e38f))
     reason = "global_scale must be a positive finite float";
   if (!reason.empty()) return nvfp4_detail::refuse(c, stream, reason, why);

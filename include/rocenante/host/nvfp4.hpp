@@ -103,9 +103,10 @@ class nvfp4_communicator {
   template <class T>
   status all_reduce_quantize(const T* in, const algorithm::nvfp4_epilogue<T>& e) {
     const std::uint64_t count = e.rows * e.cols;
-    std::string why = check_common(in, e.out_data, count, sizeof(T));
+    const void* out = e.out_data != nullptr ? static_cast<const void*>(e.out_data) : static_cast<const void*>(e.norm_out);
+    std::string why = check_common(in, out, count, sizeof(T));
     if (why.empty() && (e.cols % 16 != 0)) why = "cols = " + std::to_string(e.cols) + " is not a multiple of 16";
-    if (why.empty() && e.out_scales == nullptr) why = "out_scales is null";
+    if (why.empty() && e.out_data != nullptr && e.out_scales == nullptr) why = "out_scales is null";
     if (why.empty() && !(e.global_scale > 0.0f && e.global_scale <= 3.4028234663852886e38f))
       why = "global_scale must be a positive finite float";
     if (!why.empty()) return reject_call(why);
