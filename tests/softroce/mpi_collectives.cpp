@@ -364,7 +364,8 @@ int mode_kill(int victim, long at, std::uint64_t timeout_ms, const std::string& 
 
 /// Rank 0 runs CMD (e.g. 100% netem loss on the victim's link) before collective AT. The protocol timeout is 30 s,
 /// so a failure within 5 s can only come from the queue pairs: their retries run out (IBV_WC_RETRY_EXC_ERR) and the
-/// proxy turns that into the fail-stop path. Every rank must fail within 5 s; every rank but the victim must name it.
+/// proxy turns that into the fail-stop path. Every rank must fail within 5 s; every rank but the victim must name it;
+/// at least one of them must have seen the completion error itself.
 int mode_cut(int victim, long at, const std::string& cmd) {
   options o = test_options();
   o.timeout_ns = 30'000'000'000ull;
@@ -377,8 +378,8 @@ int mode_cut(int victim, long at, const std::string& cmd) {
   std::string msg, tmsg;
   for (long it = 0; it < at + 100000; ++it) {
     if (g_rank == 0 && it == at) {
-      t_cut = static_cast<double>(mono_ns()) / 1e9;
       check(std::system(cmd.c_str()) == 0, "command failed: " + cmd);
+      t_cut = static_cast<double>(mono_ns()) / 1e9;  // the link is cut once the command returned
     }
     const status s = comm->all_reduce(in.data(), out.data(), in.size());
     if (s == status::ok) continue;
@@ -400,8 +401,12 @@ int mode_cut(int victim, long at, const std::string& cmd) {
     check(peer == victim, "health names rank " + std::to_string(peer) + ", not " + victim_name);
     check(msg.find(victim_name) != std::string::npos, "health message does not name " + victim_name);
   }
-  check(!tmsg.empty() || g_rank != 0, "rank 0 saw no completion error");
-  if (g_rank == 0) check(tmsg.find(victim_name) != std::string::npos, "rank 0's completion error does not name " + victim_name);
+  // Which writer's queue pair runs out of retries first is a race; its abort reaches the others. At least one rank
+  // other than the victim must have seen the completion error naming the victim.
+  int mine = g_rank != victim && tmsg.find(victim_name) != std::string::npos && tmsg.find("retry") != std::string::npos;
+  int seen = 0;
+  MPI_Allreduce(&mine, &seen, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  check(seen >= 1 || g_rank != 0, "no rank saw a retry-exhaustion completion error naming " + victim_name);
   check(teardown_s < 3.0, "teardown took " + std::to_string(teardown_s) + " s");
   std::printf("%s rank %d: failed %.3f s after the cut of rank %d's link, naming rank %d; teardown %.3f s\n  health: %s\n"
               "  transport: %s\n",
