@@ -3,6 +3,13 @@
 // on that machine (host/select.hpp, GPU candidates: ibverbs, then nccl).
 // Skips (exit 77, reason printed) without a GPU or without a loadable libnccl: a skip is not a pass.
 // H200: libnccl.so.2 lives in the torch environment; put its folder on LD_LIBRARY_PATH or set ROCENANTE_NCCL_LIB.
+// Exact run (repository root on the H200, .deps/include holding doctest/ as for tools/gpu/final-run.sh; build ~1 min,
+// run < 30 s):
+//   export PATH=/usr/local/cuda/bin:$PATH
+//   export LD_LIBRARY_PATH=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))'):${LD_LIBRARY_PATH:-}
+//   meson setup build-h200-nccl -Dgpu_archs=90a -Dbenchmarks=false -Dexamples=false -Dextra_include=$PWD/.deps/include
+//   ninja -C build-h200-nccl -j16 tests/gpu/test_gpu_nccl
+//   ROCENANTE_DEBUG=INFO timeout 60 build-h200-nccl/tests/gpu/test_gpu_nccl 2>&1 | tee test_gpu_nccl.log
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
