@@ -5,7 +5,7 @@
 //   y_r   = W_down[:, r] . up_r      row-parallel down-projection: rank r holds F/n columns          (cuBLAS)
 //   h     = x + sum_r y_r            all-reduce with the residual add fused into its epilogue (one rounding)
 //   out   = rmsnorm(h) * gamma       a separate kernel: the library's epilogue is per 16-byte packet and
-//                                    RMSNorm needs a whole row, so it cannot be fused yet (docs/design.md §7)
+//                                    RMSNorm runs as its own kernel here; the fused form is nvfp4_epilogue::norm_out (docs/nvfp4.md)
 //
 // The result is checked against single-rank math (the same bf16 weights unsplit, one GEMM each, fp32 down-
 // projection, residual and RMSNorm), every rank must hold identical bytes, and each step is timed per algorithm

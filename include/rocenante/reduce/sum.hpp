@@ -54,7 +54,7 @@ struct sum<__nv_bfloat16> {
 
 static_assert(reduction<sum<float>> && reduction<sum<__half>> && reduction<sum<__nv_bfloat16>>);
 
-/// Maps a runtime dtype to its sum reduction; used by the runtime dispatch (host/dispatch.hpp).
+/// Maps a runtime dtype to its sum reduction; used by the runtime dispatch (host::communicator::all_reduce with a runtime dtype).
 template <dtype D>
 struct sum_for;
 template <>
