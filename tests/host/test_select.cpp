@@ -237,6 +237,22 @@ TEST_SUITE("host.select.connectivity") {
     CHECK(lines.size() == 4);  // once per rank
   }
 
+  TEST_CASE("ring neighbours that cannot reach each other make the transport unusable on every rank") {
+    std::vector<std::string> errors(3);
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      host::select_config c = config(env::transport_choice::loopback);
+      c.reachable = [me = boot.rank()](transport_kind, int peer) { return !(me == 1 && peer == 2); };  // 1 -> 2 cut
+      try {
+        host::selected_communicator comm(boot, options{}, c);
+      } catch (const transport_error& e) {
+        errors[boot.rank()] = e.what();
+      }
+    });
+    for (const auto& e : errors)
+      CHECK(e == "loopback was forced (ROCENANTE_TRANSPORT) and failed at start-up: ranks 0, 1, 2: ring neighbours do "
+                 "not connect: pairs that failed: 1-2");
+  }
+
   TEST_CASE("ROCENANTE_ALGO=one_shot with only neighbours reachable fails set-up with a clear error") {
     std::string what;
     try {

@@ -13,9 +13,10 @@
 //      rank is a transport_error on every rank, naming the ranks and their reasons.
 //   4. selected_communicator then builds the chosen communicator, checks connectivity (pairs that fail; only ring
 //      neighbours => one_shot refused, ring allowed; not even neighbours => the transport is unusable) and runs a
-//      start-up test collective of every allowed algorithm against a reference, byte-identical across ranks. Each
-//      step ends with a vote, so a failure anywhere moves every rank to the next candidate (auto) or fails every
-//      rank (forced).
+//      start-up test collective of every allowed algorithm against an exact reference (hence byte-identical across
+//      ranks). Each step ends with a vote, so a failure anywhere moves every rank to the next candidate (auto) or
+//      fails every rank (forced). Connectivity comes from select_config::reachable; the ibverbs transport has no
+//      per-pair probe yet, so on ibverbs a cut link shows up as a failed self-test (naming the peer waited for).
 //
 // Fail-stop after start-up: the transport never changes once chosen. A runtime failure (timeout, dead peer, peer
 // abort) poisons the communicator and is reported naming the peer (host::communicator); nothing switches to
@@ -246,7 +247,8 @@ struct selection {
 
 /// What selected_communicator (and select_transport) can be told besides the environment.
 struct select_config {
-  /// The environment's settings; unset: read with env::settings::read() on every rank at set-up.
+  /// The environment's settings; unset: read with env::settings::read() on every rank at set-up. Their IB fields
+  /// steer the ibverbs probe only: the ibverbs transport itself reads ROCENANTE_IB_* from the environment.
   std::optional<env::settings> settings;
   /// API equivalent of ROCENANTE_TRANSPORT / ROCENANTE_ALGO; when set, they win over the environment.
   std::optional<env::transport_choice> transport;
@@ -666,8 +668,9 @@ class selected_communicator {
     return failed;
   }
 
-  /// Start-up collective of every allowed algorithm: small integers (exact in fp32 in any order), compared with
-  /// the reference, then a hash of the output compared across ranks (byte-identical, HAZARDS #10).
+  /// Start-up collective of every allowed algorithm: small integers, exact in fp32 in any summation order, so
+  /// every rank can compute the exact reference itself; an output equal to it on every rank (the vote that follows)
+  /// is also byte-identical across ranks (HAZARDS #10).
   std::string self_test(const connectivity_report& conn, int me, int n) {
     const std::size_t count = 64 * static_cast<std::size_t>(n) + 3;
     std::vector<float> in(count), out(count);
