@@ -15,8 +15,9 @@
 //      neighbours => one_shot refused, ring allowed; not even neighbours => the transport is unusable) and runs a
 //      start-up test collective of every allowed algorithm against an exact reference (hence byte-identical across
 //      ranks). Each step ends with a vote, so a failure anywhere moves every rank to the next candidate (auto) or
-//      fails every rank (forced). Connectivity comes from select_config::reachable; the ibverbs transport has no
-//      per-pair probe yet, so on ibverbs a cut link shows up as a failed self-test (naming the peer waited for).
+//      fails every rank (forced). Connectivity comes from select_config::reachable, else from the transport's own
+//      `reachable(peer)` when it has one; the ibverbs transport has none yet, so on ibverbs a cut link shows up
+//      as a failed self-test (naming the peer waited for) instead of a refused one_shot.
 //
 // Fail-stop after start-up: the transport never changes once chosen. A runtime failure (timeout, dead peer, peer
 // abort) poisons the communicator and is reported naming the peer (host::communicator); nothing switches to
@@ -528,7 +529,7 @@ class selected_communicator {
       connectivity_report conn;
       if (!failed) {
         // Every rank gathers the same matrix, so every rank draws the same conclusions from it without a vote.
-        std::function<bool(int)> reach;
+        std::function<bool(int)> reach = transport_reachable(s.chosen);
         if (cfg.reachable) reach = [&](int q) { return cfg.reachable(s.chosen, q); };
         conn = gather_connectivity(b, reach);
         if (!conn.neighbours()) {
@@ -651,6 +652,20 @@ class selected_communicator {
     }
 #endif
     throw transport_error(std::string("transport ") + to_string(k) + " cannot be built by the host executor");
+  }
+
+  /// The chosen transport's own per-pair probe, once it has one: `bool reachable(int peer)` on the transport
+  /// object (the ibverbs transport does not have it yet: a signalled RDMA WRITE per queue pair at set-up, results
+  /// exchanged in its connection vote). Empty: every pair counts as connected.
+  template <class IbComm = ibverbs_comm>
+  std::function<bool(int)> transport_reachable(transport_kind k) {
+#if ROCENANTE_HAS_IBVERBS
+    if constexpr (requires(IbComm& c) { { c.transport().reachable(0) } -> std::convertible_to<bool>; })
+      if (k == transport_kind::ibverbs)
+        if (IbComm* c = get<IbComm>()) return [c](int q) { return static_cast<bool>(c->transport().reachable(q)); };
+#endif
+    (void)k;
+    return {};
   }
 
   /// All-gathers (code, reason) of a step; marks the ranks that failed in `t`. True when some rank failed.
