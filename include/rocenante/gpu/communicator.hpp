@@ -131,7 +131,19 @@ class communicator {
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
-    kernel::all_reduce<A, R, handle_type, Epilogue><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count, epi);
+    const std::uint32_t parts = parts_for<T>(count);
+    if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
+      // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
+      // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
+      static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue>);
+      if (std::uint64_t(sharing_) * parts > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
+        return reject_in_sequence(
+            stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
+                        std::to_string(sharing_) + " ranks x " + std::to_string(parts) + " CTAs would not all be " +
+                        "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_parts or " +
+                        "the epilogue's register use");
+    }
+    kernel::all_reduce<A, R, handle_type, Epilogue><<<parts, threads, 0, stream>>>(ctx_, in, out, count, epi);
     return launched();
   }
 
@@ -177,10 +189,26 @@ class communicator {
     else if (!(!gather && ib == ob) && ib < ob + out_bytes && ob < ib + count * elem)
       why = "input and output overlap without being the same buffer";
     if (why.empty()) return status::ok;
+    return reject_in_sequence(stream, why);
+  }
+
+  /// A refusal that takes the collective's place on the stream: the reject kernel tells the peers to abort.
+  status reject_in_sequence(cudaStream_t stream, const std::string& why) {
     kernel::reject<handle_type><<<1, threads, 0, stream>>>(ctx_);
     (void)cudaGetLastError();
     return refuse(status::invalid_argument,
                   why + "; peers were told to abort this collective and the communicator is now poisoned");
+  }
+
+  /// CTAs of `kernel_fn` (threads per block, no dynamic shared memory) resident per SM; -1 if the query fails.
+  template <class Kernel>
+  static int resident_per_sm(Kernel kernel_fn) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_fn, threads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return n;
   }
 
   status launched() {
@@ -237,6 +265,8 @@ class communicator {
     for (int d : devices_) sharing += d == device_ ? 1 : 0;
     int sms = 0;
     ROCENANTE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+    sharing_ = sharing;
+    sms_ = sms;
     int per_sm = 1 << 30;
     auto occ = [&](auto kernel_fn) {
       int n = 0;
@@ -262,6 +292,8 @@ class communicator {
   protocol::window_layout layout_;
   Transport transport_;
   int device_ = 0;
+  int sharing_ = 1;  ///< ranks of this communicator on this GPU
+  int sms_ = 0;
   std::vector<int> devices_;
   protocol::rank_state* state_ = nullptr;
   protocol::rank_state* mirror_host_ = nullptr;
