@@ -421,6 +421,19 @@ TEST_SUITE("host.select.vote") {
                              std::to_string(r) + "; docs/environment.md lists the accepted values)");
   }
 
+  TEST_CASE("ROCENANTE_TIMEOUT_MS reaches the communicator's options") {
+    host::spawn_ranks(2, [](bootstrap::in_process& boot) {
+      host::select_config c = config(env::transport_choice::loopback);
+      c.settings->timeout_ms = 250;
+      host::selected_communicator comm(boot, options{}, c);
+      auto* inner = comm.get<host::selected_communicator::loopback_comm>();
+      REQUIRE(inner != nullptr);
+      CHECK(inner->opts().timeout_ns == 250'000'000ull);
+      CHECK(comm.selected().reason == "loopback usable on every rank (rank 0: in-process windows)");
+      CHECK_FALSE(comm.selected().fell_back);
+    });
+  }
+
   TEST_CASE("nccl asked of the host executor is refused with the reason") {
     std::string what;
     try {
