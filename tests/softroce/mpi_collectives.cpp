@@ -181,6 +181,13 @@ int run_correctness(Boot& boot, const char* how) {
   check(st.posts > 0 && st.completion_errors == 0,
         "proxy posted " + std::to_string(st.posts) + " descriptors with " + std::to_string(st.completion_errors) +
             " completion errors");
+  std::string per_device;
+  for (int d = 0; d < comm.transport().devices(); ++d) {
+    per_device += (d ? ", " : "") + std::to_string(st.device_posts[d]);
+    // Striping: with several devices, each carries descriptors (parts p of peer q go to device (p + q) mod D).
+    check(st.device_posts[d] > 0, "device " + std::to_string(d) + " carried no descriptor: striping is broken");
+  }
+  if (g_rank == 0) std::printf("rank 0: descriptors per device: %s\n", per_device.c_str());
   if (g_rank == 0)
     std::printf("rank 0: %d cases, %llu descriptors posted, %llu bytes, %llu completions, %llu credit waits\n", cases,
                 static_cast<unsigned long long>(st.posts), static_cast<unsigned long long>(st.bytes),

@@ -7,10 +7,10 @@
 read -r D0 D1 _ <<<"$SOFTROCE_RXE"
 rc=0
 for s in 8 1024 16384; do
-  timeout 120 ib_write_lat -d "$D0" -x 1 -s "$s" -n 2000 -F >/tmp/lat_srv.log 2>&1 &
+  timeout 120 ib_write_lat -d "$D0" -x 1 -s "$s" -n 1000 -F >/tmp/lat_srv.log 2>&1 &
   sp=$!
   sleep 1
-  out=$(timeout 120 ib_write_lat -d "$D1" -x 1 -s "$s" -n 2000 -F 127.0.0.1 2>&1) || rc=1
+  out=$(timeout 120 ib_write_lat -d "$D1" -x 1 -s "$s" -n 1000 -F 127.0.0.1 2>&1) || rc=1
   wait $sp || rc=1
   line=$(awk '$1 ~ /^[0-9]+$/ && NF >= 9 {print; exit}' <<<"$out")
   echo "PERF ib_write_lat $D1 -> $D0: $line"
@@ -19,6 +19,6 @@ for s in 8 1024 16384; do
 done
 for idle in yield spin; do
   echo "library, ROCENANTE_IB_IDLE=$idle:"
-  ROCENANTE_IB_IDLE=$idle mpi 2 latency 2000 8 1024 16384 || rc=1
+  ROCENANTE_IB_IDLE=$idle mpi 2 latency 1000 8 1024 16384 || rc=1
 done
 exit $rc

@@ -159,6 +159,7 @@ struct ibverbs_stats : proxy_stats {
   std::uint64_t completions = 0;        ///< signalled completions polled
   std::uint64_t completion_errors = 0;  ///< completions with a status other than success (flushes included)
   std::uint64_t credit_waits = 0;       ///< descriptors that found their queue pair out of credits
+  std::uint64_t device_posts[ib::max_devices] = {};  ///< descriptors posted per device (striping)
 };
 
 template <class Mapping>
@@ -290,6 +291,7 @@ class basic_ibverbs {
     s.completions = completions_.load(std::memory_order_relaxed);
     s.completion_errors = completion_errors_.load(std::memory_order_relaxed);
     s.credit_waits = credit_waits_.load(std::memory_order_relaxed);
+    for (int d = 0; d < ib::max_devices; ++d) s.device_posts[d] = device_posts_[d].load(std::memory_order_relaxed);
     return s;
   }
 
@@ -562,6 +564,7 @@ class basic_ibverbs {
     }
     c.posted += need;
     bytes_.fetch_add(e.bytes, std::memory_order_relaxed);
+    device_posts_[d].fetch_add(1, std::memory_order_relaxed);
   }
 
   bool all_complete() const {
@@ -635,6 +638,7 @@ class basic_ibverbs {
   std::uint64_t deadline_ns_ = ~std::uint64_t{0};
   std::atomic<std::uint64_t> posts_{0}, bytes_{0}, busy_ns_{0}, drains_{0}, idle_polls_{0}, completions_{0},
       completion_errors_{0}, credit_waits_{0};
+  std::atomic<std::uint64_t> device_posts_[ib::max_devices] = {};
 };
 
 /// The RDMA transport on the host executor: windows and staging in plain host memory.
