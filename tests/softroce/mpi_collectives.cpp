@@ -20,6 +20,11 @@
 //                                              (b) rank 1 stopped with SIGSTOP five times for 300 ms during 300
 //                                              collectives, resumed with SIGCONT: every collective exact
 //   mpi_collectives latency ITER BYTES...      one_shot fp32 all-reduce latency per size (JSON on rank 0)
+//   mpi_collectives select [ALGO]              host::selected_communicator (the start-up decision: probe, vote,
+//                                              connectivity, self-test; ROCENANTE_TRANSPORT / ROCENANTE_DEBUG from
+//                                              the environment), prints the selection summary on every rank
+//                                              ("SELECT rank r: ..."), then one all-reduce (ALGO: auto, the
+//                                              default, ring or one_shot) checked against the exact sum
 //
 // Command line as used by the VM scripts, e.g.:
 //   mpirun --allow-run-as-root --oversubscribe -np 2 tests/softroce/rank-env.sh build/tests/softroce/mpi_collectives correctness
@@ -38,6 +43,7 @@
 #include <thread>
 
 #include <rocenante/bootstrap/mpi.hpp>
+#include <rocenante/host/select.hpp>
 #include <rocenante/transport/ibverbs/ibverbs.hpp>
 
 #include "../host/common.hpp"
@@ -546,9 +552,46 @@ int mode_latency(int iterations, const std::vector<std::size_t>& sizes) {
   return finish("latency");
 }
 
+// ---- select ------------------------------------------------------------------------------------------------
+
+int mode_select(const std::string& algo) {
+  bootstrap::mpi boot;
+  host::selected_communicator comm(boot, test_options());
+  const host::selection& sel = comm.selected();
+  std::printf("SELECT rank %d: %s\n", g_rank, sel.summary().c_str());
+  std::fflush(stdout);
+  // Small integers: exact in fp32 in any summation order.
+  const std::size_t count = 1000;
+  std::vector<float> in(count), out(count, -1.0f);
+  for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<float>((g_rank + 1) * 5 + static_cast<int>(i % 11));
+  status s = status::internal;
+  if (algo == "ring") s = comm.all_reduce(in.data(), out.data(), count, algorithm::ring{});
+  else if (algo == "one_shot") s = comm.all_reduce(in.data(), out.data(), count, algorithm::one_shot{});
+  else s = comm.all_reduce(in.data(), out.data(), count);
+  if (s != status::ok) {
+    std::printf("REFUSED rank %d: %s all-reduce: %s: %s\n", g_rank, algo.c_str(), to_string(s), comm.last_error().c_str());
+    check(algo == "one_shot" && s == status::not_supported && !sel.connectivity.any_to_any(),
+          algo + " all-reduce returned " + to_string(s) + ": " + comm.last_error());
+    return finish("select");
+  }
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    float ref = 0;
+    for (int q = 0; q < g_size; ++q) ref += static_cast<float>((q + 1) * 5 + static_cast<int>(i % 11));
+    if (out[i] != ref) ++wrong;
+  }
+  check(wrong == 0, algo + " all-reduce: " + std::to_string(wrong) + " of " + std::to_string(count) + " elements wrong");
+  check(identical_everywhere(out.data(), count * sizeof(float)), algo + " all-reduce: results differ between ranks");
+  if (wrong == 0)
+    std::printf("PASS rank %d: %s all-reduce of %zu fp32 on transport %s exact\n", g_rank, algo.c_str(), count,
+                host::to_string(comm.transport()));
+  return finish("select");
+}
+
 int usage() {
   std::fprintf(stderr, "usage: mpi_collectives correctness [--callback] | loss N [--timeout-ms T] | "
-                       "kill VICTIM AT TIMEOUT_MS FILE | cut VICTIM AT CMD | stop | latency ITER BYTES...\n");
+                       "kill VICTIM AT TIMEOUT_MS FILE | cut VICTIM AT CMD | stop | latency ITER BYTES... | "
+                       "select [auto|ring|one_shot]\n");
   return 2;
 }
 
@@ -572,6 +615,8 @@ int main(int argc, char** argv) {
       rc = mode_kill(std::atoi(argv[2]), std::atol(argv[3]), std::strtoull(argv[4], nullptr, 10), argv[5]);
     } else if (mode == "cut" && argc > 4) {
       rc = mode_cut(std::atoi(argv[2]), std::atol(argv[3]), argv[4]);
+    } else if (mode == "select") {
+      rc = mode_select(argc > 2 ? argv[2] : "auto");
     } else if (mode == "stop") {
       rc = mode_stop();
     } else if (mode == "latency" && argc > 3) {

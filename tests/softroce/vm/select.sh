@@ -1,0 +1,49 @@
+# tests/softroce/vm/select.sh — inside the VM: the start-up transport decision (host::selected_communicator over
+# bootstrap::mpi, ROCENANTE_DEBUG=INFO, ROCENANTE_TRANSPORT unset = auto), checked on every rank's own lines.
+#   1. every device up: every rank's log says ibverbs was chosen, and one all-reduce is exact on every rank
+#   2. rank 0's netdev down (r0, as errors.sh): rank 0's probe fails (port DOWN); the vote is the same on every
+#      rank, and on the host executor across processes loopback is no fallback, so every rank fails set-up with
+#      the same transport_error naming rank 0, the device and the reason (no rank left waiting, none goes on)
+. "$(dirname "$0")/common.sh"
+export ROCENANTE_DEBUG=INFO
+unset ROCENANTE_TRANSPORT ROCENANTE_ALGO
+n=$SOFTROCE_RANKS
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "PASS $*"; }
+ko() { fail=$((fail + 1)); echo "FAIL $*"; }
+has() { grep -qF -- "$2" <<<"$1"; }
+
+# 1. ibverbs chosen everywhere
+out=$(mpi "$n" select 2>&1); rc=$?
+echo "$out" | sed 's/^/    /'
+[ "$rc" = 0 ] && ok "all devices up: exit 0" || ko "all devices up: exit $rc, want 0"
+for r in $(seq 0 $((n - 1))); do
+  if has "$out" "[rank $r] ROCENANTE INFO transport ibverbs (ROCENANTE_TRANSPORT=auto" &&
+     has "$out" "SELECT rank $r: transport ibverbs (ROCENANTE_TRANSPORT=auto" &&
+     has "$out" "PASS rank $r: auto all-reduce of 1000 fp32 on transport ibverbs exact"; then
+    ok "rank $r: log says ibverbs chosen, all-reduce exact"
+  else
+    ko "rank $r: no INFO line choosing ibverbs, or the all-reduce was not exact"
+  fi
+done
+has "$out" "PASS select: 0 failed check(s) over $n ranks" && ok "no failed check on any rank" || ko "failed checks"
+
+# 2. rank 0's device down: every rank fails together, naming rank 0, the device and the reason
+ip link set r0 down
+sleep 1
+out=$(mpi "$n" select 2>&1); rc=$?
+ip link set r0 up
+echo "$out" | sed 's/^/    /'
+[ "$rc" != 0 ] && ok "rank 0 down: exit $rc (not 0)" || ko "rank 0 down: exit 0"
+has "$out" "PASS rank" && ko "rank 0 down: some rank ran an all-reduce" || ok "rank 0 down: no rank went on"
+for r in $(seq 0 $((n - 1))); do
+  line=$(grep -F "FAIL rank $r: select: " <<<"$out" | head -1)
+  if has "$line" "no transport usable by every rank (ROCENANTE_TRANSPORT=auto)" &&
+     has "$line" "ibverbs unusable: rank 0: " && has "$line" "rxe0" && has "$line" "port is DOWN"; then
+    ok "rank $r: transport_error names rank 0, rxe0 and DOWN"
+  else
+    ko "rank $r: no transport_error naming rank 0, rxe0 and DOWN"
+  fi
+done
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
