@@ -16,8 +16,9 @@
 //      start-up test collective of every allowed algorithm against an exact reference (hence byte-identical across
 //      ranks). Each step ends with a vote, so a failure anywhere moves every rank to the next candidate (auto) or
 //      fails every rank (forced). Connectivity comes from select_config::reachable, else from the transport's own
-//      `reachable(peer)` when it has one; the ibverbs transport has none yet, so on ibverbs a cut link shows up
-//      as a failed self-test (naming the peer waited for) instead of a refused one_shot.
+//      `reachable(peer)` when it has one: the ibverbs transport probes every queue pair at set-up (a signalled
+//      zero-length RDMA WRITE; a pair that cannot even be connected counts as unreachable), so a cut link between
+//      two ranks is reported as the failing pair (tests/softroce/vm/select_cut.sh).
 //
 // Fail-stop after start-up: the transport never changes once chosen. A runtime failure (timeout, dead peer, peer
 // abort) poisons the communicator and is reported naming the peer (host::communicator); nothing switches to
@@ -654,9 +655,9 @@ class selected_communicator {
     throw transport_error(std::string("transport ") + to_string(k) + " cannot be built by the host executor");
   }
 
-  /// The chosen transport's own per-pair probe, once it has one: `bool reachable(int peer)` on the transport
-  /// object (the ibverbs transport does not have it yet: a signalled RDMA WRITE per queue pair at set-up, results
-  /// exchanged in its connection vote). Empty: every pair counts as connected.
+  /// The chosen transport's own per-pair probe: `bool reachable(int peer)` on the transport object (ibverbs: a
+  /// signalled zero-length RDMA WRITE per queue pair at set-up; this rank's view, gathered by
+  /// gather_connectivity). Empty: every pair counts as connected.
   template <class IbComm = ibverbs_comm>
   std::function<bool(int)> transport_reachable(transport_kind k) {
 #if ROCENANTE_HAS_IBVERBS

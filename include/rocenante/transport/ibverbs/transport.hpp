@@ -36,6 +36,12 @@
 // and the next one, so the rank's current wait fails at once through the protocol's fail-stop path
 // (session::wait_one sees an abort word of its sequence, poisons the rank and aborts the sequence at every peer).
 //
+// Start-up probe: after connecting and before the proxy starts, one signalled zero-length RDMA WRITE per queue
+// pair, waited for within about twice the queue pair's retry budget; a pair that fails it (or could not be
+// connected) is marked, not fatal: reachable(peer) reports it, host::selected_communicator turns it into the
+// connectivity report (one_shot refused, ring allowed when only neighbours connect), and only a descriptor that
+// needs the pair fails the rank, naming the peer.
+//
 // Memory (HAZARDS #21): per rank, the window (layout().total_bytes(), registered LOCAL_WRITE | REMOTE_WRITE, never
 // REMOTE_READ), a staging area of the same size (local access only), post queues (max_parts x 3,200 B) and a flag
 // ring of 8 x send_depth bytes per peer per device.
@@ -43,6 +49,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -173,9 +180,10 @@ class basic_ibverbs {
       : basic_ibverbs(boot, layout, opts, ib::ib_config::from_env()) {}
 
   /// Collective: every rank calls. Opens and checks the devices, registers memory, creates one RC queue pair per
-  /// peer per device, exchanges connection cards through `boot`, connects, and starts the proxy thread. A failure
-  /// on any rank fails set-up on every rank (transport_error naming the rank and the device): no rank is left
-  /// waiting for a peer that gave up (HAZARDS #9).
+  /// peer per device, exchanges connection cards through `boot`, connects, probes every pair (reachable()), and
+  /// starts the proxy thread. A failure on any rank fails set-up on every rank (transport_error naming the rank
+  /// and the device): no rank is left waiting for a peer that gave up (HAZARDS #9). A pair that cannot be
+  /// connected or does not answer the probe is not such a failure: it is marked unreachable (see probe_pairs).
   basic_ibverbs(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts,
                 ib::ib_config cfg)
       : layout_(layout), cfg_(std::move(cfg)), timeout_ns_(opts.timeout_ns) {
@@ -231,6 +239,8 @@ class basic_ibverbs {
                               all[q].error);
 
     conns_.assign(res_.dev.size() * static_cast<std::size_t>(n), conn{});
+    // 3. Per-pair probe (before the proxy starts): one signalled zero-length RDMA WRITE per queue pair.
+    probe_pairs();
     handle_ = proxy_handle{me_,
                            n,
                            layout,
@@ -281,6 +291,19 @@ class basic_ibverbs {
   int devices() const { return static_cast<int>(res_.dev.size()); }
   const ib::ib_config& config() const { return cfg_; }
 
+  /// Whether the start-up probe's write to `peer` completed on every device (this rank's view: a pair connects
+  /// when both ends say so; host::selected_communicator gathers the matrix). Self: true. Unreachable peers poison
+  /// nothing at start-up: the pair is only marked, and a later descriptor for it fails the rank naming the peer.
+  bool reachable(int peer) const {
+    if (peer == me_) return true;
+    if (peer < 0 || peer >= n_) return false;
+    return reach_[static_cast<std::size_t>(peer)] != 0;
+  }
+  /// Why the probe to `peer` failed (empty when it did not).
+  std::string unreachable_reason(int peer) const {
+    return peer >= 0 && peer < n_ ? probe_why_[static_cast<std::size_t>(peer)] : std::string();
+  }
+
   ibverbs_stats stats() const {
     ibverbs_stats s;
     s.posts = posts_.load(std::memory_order_relaxed);
@@ -301,7 +324,79 @@ class basic_ibverbs {
     std::uint64_t posted = 0;     ///< work requests posted
     std::uint64_t completed = 0;  ///< work requests known complete (a signalled completion retires all before it)
     bool failed = false;
+    bool probe_failed = false;  ///< the start-up probe found no path: nothing is posted; a descriptor fails the rank
   };
+
+  /// One signalled zero-length RDMA WRITE (touches no memory at the peer, so a write that lands late is harmless)
+  /// per queue pair; waits for each completion, success or error, until a deadline of about twice the queue pair's
+  /// own retry budget (timeout x (retry_cnt + 1)) plus 1 s. A pair whose write failed or did not complete is
+  /// marked (probe_failed), not fatal: its late completion error is ignored, and only a descriptor that needs the
+  /// pair fails the rank (naming the peer).
+  void probe_pairs() {
+    reach_.assign(static_cast<std::size_t>(n_), 1);
+    probe_why_.assign(static_cast<std::size_t>(n_), std::string());
+    if (n_ < 2) return;
+    const std::size_t nd = res_.dev.size();
+    // 0: pending, 1: ok, 2: failed
+    std::vector<int> state(nd * static_cast<std::size_t>(n_), 1);
+    for (std::size_t d = 0; d < nd; ++d)
+      for (int q = 0; q < n_; ++q) {
+        if (q == me_) continue;
+        if (!connect_failed_[d * n_ + q].empty()) {
+          state[d * n_ + q] = 2;
+          probe_why_[q] = connect_failed_[d * n_ + q];
+          continue;
+        }
+        const auto remote = remote_[d * n_ + q];
+        ibv_send_wr wr{};
+        wr.wr_id = wr_id(d, q, 0);
+        wr.sg_list = nullptr;
+        wr.num_sge = 0;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = remote.addr;
+        wr.wr.rdma.rkey = remote.rkey;
+        ibv_send_wr* bad = nullptr;
+        const int rc = ibv_post_send(res_.dev[d].qps[q], &wr, &bad);
+        if (rc != 0) {
+          state[d * n_ + q] = 2;
+          probe_why_[q] = "device " + res_.dev[d].info.name + ": ibv_post_send failed (" + std::strerror(rc) + ")";
+        } else {
+          state[d * n_ + q] = 0;
+        }
+      }
+    const double try_s = 4.096e-6 * static_cast<double>(1ull << cfg_.timeout) * (cfg_.retry_cnt + 1);
+    const std::uint64_t deadline = detail::now_ns() + static_cast<std::uint64_t>((2 * try_s + 1.0) * 1e9);
+    auto pending = [&] { return std::count(state.begin(), state.end(), 0) > 0; };
+    while (pending() && detail::now_ns() < deadline) {
+      bool any = false;
+      for (std::size_t d = 0; d < nd; ++d) {
+        ibv_wc wc[16];
+        const int got = ibv_poll_cq(res_.dev[d].cq, 16, wc);
+        for (int i = 0; i < got; ++i) {
+          any = true;
+          const int peer = static_cast<int>((wc[i].wr_id >> 52) & 0xff);
+          if (peer < 0 || peer >= n_) continue;
+          if (wc[i].status == IBV_WC_SUCCESS) {
+            state[d * n_ + peer] = 1;
+          } else {
+            state[d * n_ + peer] = 2;
+            probe_why_[peer] = "device " + res_.dev[d].info.name + ": completion error " +
+                               ib::verbs().api.wc_status_str(wc[i].status);
+          }
+        }
+      }
+      if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    for (std::size_t d = 0; d < nd; ++d)
+      for (int q = 0; q < n_; ++q) {
+        if (q == me_ || state[d * n_ + q] == 1) continue;
+        if (state[d * n_ + q] == 0 && probe_why_[q].empty())
+          probe_why_[q] = "device " + res_.dev[d].info.name + ": no completion within the probe deadline";
+        reach_[q] = 0;
+        conns_[d * n_ + q].probe_failed = true;
+      }
+  }
 
   void set_up_local(ib::card& mine, std::vector<std::uint32_t>& psn) {
     const ib::verbs_load& v = ib::verbs();
@@ -388,53 +483,63 @@ class basic_ibverbs {
   }
 
   void connect(const std::vector<ib::card>& all) {
-    const ib::verbs_api& api = ib::verbs().api;
     path_mtu_.assign(res_.dev.size() * static_cast<std::size_t>(n_), IBV_MTU_256);
+    connect_failed_.assign(res_.dev.size() * static_cast<std::size_t>(n_), std::string());
+    remote_.resize(res_.dev.size() * static_cast<std::size_t>(n_));
     for (std::size_t d = 0; d < res_.dev.size(); ++d) {
-      auto& r = res_.dev[d];
-      remote_.resize(res_.dev.size() * static_cast<std::size_t>(n_));
       for (int q = 0; q < n_; ++q) {
         if (q == me_) continue;
-        const ib::device_card& pc = all[q].dev[d];
-        const std::string where = "RDMA device " + r.info.name + ", queue pair to rank " + std::to_string(q) + " (" +
-                                  std::string(pc.name, strnlen(pc.name, sizeof pc.name)) + "): ";
-        const ibv_mtu mtu = static_cast<ibv_mtu>(pc.mtu < static_cast<std::uint32_t>(r.info.active_mtu)
-                                                     ? pc.mtu
-                                                     : static_cast<std::uint32_t>(r.info.active_mtu));
-        path_mtu_[d * n_ + q] = mtu;
-        remote_[d * n_ + q] = {pc.window_addr, pc.window_rkey};
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_RTR;
-        a.path_mtu = mtu;
-        a.dest_qp_num = pc.qpn[me_];
-        a.rq_psn = pc.psn[me_];
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
-        std::memcpy(a.ah_attr.grh.dgid.raw, pc.gid, 16);
-        a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(r.info.gid_index);
-        a.ah_attr.grh.hop_limit = 64;
-        a.ah_attr.grh.traffic_class = static_cast<std::uint8_t>(cfg_.traffic_class);
-        a.ah_attr.sl = static_cast<std::uint8_t>(cfg_.service_level);
-        a.ah_attr.port_num = static_cast<std::uint8_t>(r.info.port);
-        if (api.modify_qp(r.qps[q], &a,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-          throw transport_error(where + "INIT -> RTR failed (" + std::strerror(errno) +
-                                "); check the GID index (ROCENANTE_IB_GID_INDEX) and that the peer's address is reachable");
-        std::memset(&a, 0, sizeof a);
-        a.qp_state = IBV_QPS_RTS;
-        a.timeout = static_cast<std::uint8_t>(cfg_.timeout);
-        a.retry_cnt = static_cast<std::uint8_t>(cfg_.retry_cnt);
-        a.rnr_retry = 0;  // no SENDs are ever posted, so receiver-not-ready cannot happen
-        a.sq_psn = psn_[q];
-        a.max_rd_atomic = 1;
-        if (api.modify_qp(r.qps[q], &a,
-                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                              IBV_QP_MAX_QP_RD_ATOMIC))
-          throw transport_error(where + "RTR -> RTS failed (" + std::strerror(errno) + ")");
+        try {
+          connect_pair(d, q, all[q].dev[d]);
+        } catch (const error& e) {
+          // A pair that cannot be connected (INIT -> RTR resolves the peer's address: ETIMEDOUT when there is no
+          // path) is an unreachable pair, not a failed transport: the probe reports it (reachable()).
+          connect_failed_[d * n_ + q] = e.what();
+        }
       }
     }
+  }
+
+  void connect_pair(std::size_t d, int q, const ib::device_card& pc) {
+    const ib::verbs_api& api = ib::verbs().api;
+    auto& r = res_.dev[d];
+    const std::string where = "RDMA device " + r.info.name + ", queue pair to rank " + std::to_string(q) + " (" +
+                              std::string(pc.name, strnlen(pc.name, sizeof pc.name)) + "): ";
+    const ibv_mtu mtu = static_cast<ibv_mtu>(pc.mtu < static_cast<std::uint32_t>(r.info.active_mtu)
+                                                 ? pc.mtu
+                                                 : static_cast<std::uint32_t>(r.info.active_mtu));
+    path_mtu_[d * n_ + q] = mtu;
+    remote_[d * n_ + q] = {pc.window_addr, pc.window_rkey};
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = mtu;
+    a.dest_qp_num = pc.qpn[me_];
+    a.rq_psn = pc.psn[me_];
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, pc.gid, 16);
+    a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(r.info.gid_index);
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.traffic_class = static_cast<std::uint8_t>(cfg_.traffic_class);
+    a.ah_attr.sl = static_cast<std::uint8_t>(cfg_.service_level);
+    a.ah_attr.port_num = static_cast<std::uint8_t>(r.info.port);
+    if (api.modify_qp(r.qps[q], &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+      throw transport_error(where + "INIT -> RTR failed (" + std::strerror(errno) +
+                            "); check the GID index (ROCENANTE_IB_GID_INDEX) and that the peer's address is reachable");
+    std::memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = static_cast<std::uint8_t>(cfg_.timeout);
+    a.retry_cnt = static_cast<std::uint8_t>(cfg_.retry_cnt);
+    a.rnr_retry = 0;  // no SENDs are ever posted, so receiver-not-ready cannot happen
+    a.sq_psn = psn_[q];
+    a.max_rd_atomic = 1;
+    if (api.modify_qp(r.qps[q], &a,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC))
+      throw transport_error(where + "RTR -> RTS failed (" + std::strerror(errno) + ")");
   }
 
   // ---- proxy thread ----------------------------------------------------------------------------------------
@@ -490,7 +595,7 @@ class basic_ibverbs {
       completions_.fetch_add(1, std::memory_order_relaxed);
       if (wc[i].status != IBV_WC_SUCCESS) {
         completion_errors_.fetch_add(1, std::memory_order_relaxed);
-        if (!c.failed)
+        if (!c.failed && !c.probe_failed)
           record_failure(d, peer, std::string("completion error ") + ib::verbs().api.wc_status_str(wc[i].status) +
                                       " (status " + std::to_string(wc[i].status) + ", vendor error " +
                                       std::to_string(wc[i].vendor_err) + ")");
@@ -511,6 +616,8 @@ class basic_ibverbs {
     const std::uint32_t part = static_cast<std::uint32_t>((e.flag_index / layout_.channels) % layout_.max_parts);
     const std::size_t d = (part + e.peer) % res_.dev.size();
     conn& c = conns_[d * n_ + peer];
+    if (c.probe_failed && !c.failed)
+      record_failure(d, peer, "write to a peer the start-up probe could not reach (" + probe_why_[peer] + ")");
     if (c.failed) return;
     const std::uint64_t need = e.bytes ? 3 : 2;  // payload, then the flag's two halves
     const std::uint64_t depth = static_cast<std::uint64_t>(cfg_.send_depth);
@@ -626,7 +733,10 @@ class basic_ibverbs {
   std::vector<std::uint32_t> psn_;
   std::vector<ibv_mtu> path_mtu_;
   std::vector<remote_window> remote_;
-  std::vector<conn> conns_;  // [device][peer], proxy thread only
+  std::vector<conn> conns_;  // [device][peer], proxy thread only (the constructor's probe writes it first)
+  std::vector<std::uint8_t> reach_;     // [peer]: start-up probe outcome; written before the proxy starts
+  std::vector<std::string> probe_why_;  // [peer]: why the probe failed
+  std::vector<std::string> connect_failed_;  // [device][peer]: why connecting that queue pair failed (empty: ok)
   proxy_handle handle_{};
   std::thread thread_;
   std::atomic<bool> stop_{false}, paused_{false}, failed_{false};
