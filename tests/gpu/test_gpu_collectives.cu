@@ -366,6 +366,44 @@ TEST_SUITE("gpu.graph") {
   }
 }
 
+/// Rank 3 never launches: every other rank reports it by name within the timeout + 1 s without a device
+/// synchronize, its kernel ends by itself, and later calls are no-ops.
+template <class Transport>
+void never_launches(std::size_t count) {
+  const int n = 4, dead = 3;
+  options o = gpu::default_options();
+  o.capacity_bytes = 1 << 20;
+  o.timeout_ns = 300'000'000ull;  // 300 ms
+  std::atomic<int> bad{0};
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    gpu::communicator<Transport> comm(b, o);
+    gpu_rank gr;
+    dev_buf<float> din(count), dout(count);
+    cudaMemset(din.p, 0, count * 4);
+    cudaDeviceSynchronize();
+    b.barrier();  // no device-synchronising call from here on
+    if (b.rank() != dead) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
+      // Health is polled while the kernel may still run: no device synchronize.
+      host::health h;
+      while ((h = comm.check_health()).ok() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1300))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      MESSAGE("rank " << b.rank() << " saw the failure after " << ms << " ms (timeout 300 ms): " << h.message);
+      if (h.ok() || h.failure.peer != dead || h.message.find("rank 3") == std::string::npos) ++bad;
+      if (ms > 300 + 1000) ++bad;
+      if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;  // the kernel ended by itself
+      const auto t1 = std::chrono::steady_clock::now();
+      if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
+      if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(50)) ++bad;
+    }
+    b.barrier();
+  });
+CHECK(bad.load() == 0);
+}
+
+
 TEST_SUITE("gpu.protocol") {
   TEST_CASE("sequence numbers wrap through 2^31 and 2^32 without a wrong result") {
     for (std::uint32_t first : {0x7ffffffdu, 0xfffffffdu}) {
@@ -427,75 +465,11 @@ TEST_SUITE("gpu.protocol") {
   }
 
   TEST_CASE("a rank that never launches is reported by every other rank, which becomes a no-op, and teardown returns") {
-    const int n = 4, dead = 3;
-    options o = gpu::default_options();
-    o.capacity_bytes = 1 << 20;
-    o.timeout_ns = 300'000'000ull;  // 300 ms
-    std::atomic<int> bad{0};
-    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-      gpu::communicator<> comm(b, o);
-      gpu_rank gr;
-      const std::size_t count = 4096;
-      dev_buf<float> din(count), dout(count);
-      cudaMemset(din.p, 0, count * 4);
-      cudaDeviceSynchronize();
-      b.barrier();  // no device-synchronising call from here on
-      if (b.rank() != dead) {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
-        // Health is polled while the kernel may still run: no device synchronize.
-        host::health h;
-        while ((h = comm.check_health()).ok() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1300))
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        MESSAGE("rank " << b.rank() << " saw the failure after " << ms << " ms (timeout 300 ms): " << h.message);
-        if (h.ok() || h.failure.peer != dead || h.message.find("rank 3") == std::string::npos) ++bad;
-        if (ms > 300 + 1000) ++bad;
-        if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;  // the kernel ended by itself
-        const auto t1 = std::chrono::steady_clock::now();
-        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
-        if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(50)) ++bad;
-      }
-      b.barrier();
-    });
-    CHECK(bad.load() == 0);
+    never_launches<transport::cuda_loopback>(4096);
   }
-
   TEST_CASE("proxy mode, many parts: a rank that never launches is reported by every other rank (each CTA aborts its own part)") {
-    const int n = 4, dead = 3;
-    options o = gpu::default_options();
-    o.capacity_bytes = 1 << 20;
-    o.timeout_ns = 300'000'000ull;  // 300 ms
-    std::atomic<int> bad{0};
-    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-      gpu::communicator<transport::cuda_loopback_proxy> comm(b, o);
-      gpu_rank gr;
-      const std::size_t count = 65536;  // 256 KiB: 16 parts, each with its own post queue
-      dev_buf<float> din(count), dout(count);
-      cudaMemset(din.p, 0, count * 4);
-      cudaDeviceSynchronize();
-      b.barrier();  // no device-synchronising call from here on
-      if (b.rank() != dead) {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
-        // Health is polled while the kernel may still run: no device synchronize.
-        host::health h;
-        while ((h = comm.check_health()).ok() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1300))
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        MESSAGE("rank " << b.rank() << " saw the failure after " << ms << " ms (timeout 300 ms): " << h.message);
-        if (h.ok() || h.failure.peer != dead || h.message.find("rank 3") == std::string::npos) ++bad;
-        if (ms > 300 + 1000) ++bad;
-        if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;  // the kernel ended by itself
-        const auto t1 = std::chrono::steady_clock::now();
-        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
-        if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(50)) ++bad;
-      }
-      b.barrier();
-    });
-    CHECK(bad.load() == 0);
+    never_launches<transport::cuda_loopback_proxy>(65536);  // 256 KiB: 16 parts, each with its own post queue
   }
-
   TEST_CASE("a rank that refuses its input makes every peer fail at once instead of pairing with its next call") {
     options o = gpu::default_options();
     o.capacity_bytes = 1 << 20;
