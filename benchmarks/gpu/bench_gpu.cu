@@ -44,6 +44,9 @@ struct world {
     if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
     if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_PARTS")) o.max_parts = static_cast<std::uint32_t>(std::strtoul(e, nullptr, 10));
     host::spawn_ranks(n, [&](bootstrap::in_process& b) { comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o); });
+    // ROCENANTE_BENCH_PDL=0 launches without programmatic dependent launch (on by default), for side-by-side runs.
+    if (const char* e = std::getenv("ROCENANTE_BENCH_PDL"))
+      for (auto& c : comms) c->set_programmatic_launch(std::strtol(e, nullptr, 10) != 0);
     for (int r = 0; r < n; ++r) {
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
       cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);

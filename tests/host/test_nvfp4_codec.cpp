@@ -168,7 +168,7 @@ TEST_SUITE("host.nvfp4.codec") {
     CHECK(fp4::e4m3(std::numeric_limits<float>::quiet_NaN()) == 0x7f);
   }
 
-  TEST_CASE("the sm_90 device conversions (comparisons, bits) equal CUDA's conversions for every step of E2M1") {
+  TEST_CASE("the sm_90 device conversions (comparisons, rounding additions, bits) equal CUDA's conversions for every step of E2M1") {
     // Both roundings are monotone step functions of |x| with the sign bit kept; equal at every step (the grid
     // midpoints), at the float neighbours of every step and of every grid value, and at the extremes, they are
     // equal everywhere. NaN is excluded: the codec never converts one (a NaN block is written as scale 0x7f).
@@ -195,8 +195,23 @@ TEST_SUITE("host.nvfp4.codec") {
       const auto cuda = static_cast<std::uint8_t>(__nv_cvt_float_to_fp4(p, __NV_E2M1, cudaRoundNearest) & 0xf);
       if (fp4::detail::e2m1_by_compare(p) != cuda && bad++ < 5)
         FAIL_CHECK("x = " << p << ": compare " << int(fp4::detail::e2m1_by_compare(p)) << " CUDA " << int(cuda));
+      // the magnitude by rounding additions (the sm_90 encoder's whole-block path), sign kept apart
+      std::uint32_t pb;
+      std::memcpy(&pb, &p, 4);
+      const std::uint32_t by_add = fp4::detail::e2m1_magnitude(p) | ((pb >> 28) & 8u);
+      if (by_add != cuda && bad++ < 5) FAIL_CHECK("x = " << p << ": by addition " << by_add << " CUDA " << int(cuda));
     }
     CHECK(bad == 0);
+    // and every 61st non-negative float up to 8 (about 18 million), against the comparisons
+    int bad_sweep = 0;
+    for (std::uint32_t b = 0; b <= 0x41000000u; b += 61) {
+      float x;
+      std::memcpy(&x, &b, 4);
+      if (fp4::detail::e2m1_magnitude(x) != fp4::detail::e2m1_by_compare(x) && bad_sweep++ < 5)
+        FAIL_CHECK("x = " << x << " (bits " << b << "): by addition " << fp4::detail::e2m1_magnitude(x) << ", compare "
+                          << int(fp4::detail::e2m1_by_compare(x)));
+    }
+    CHECK(bad_sweep == 0);
     for (int c = 0; c < 16; ++c) {
       const __half_raw h = __nv_cvt_fp4_to_halfraw(static_cast<__nv_fp4_storage_t>(c), __NV_E2M1);
       const float cuda = __half2float(__half(h));

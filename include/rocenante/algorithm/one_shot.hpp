@@ -51,6 +51,7 @@ struct one_shot {
                                                typename R::value_type* out, std::uint64_t count,
                                                std::uint32_t parts, const Epilogue& epi = {}) {
     if (!stage_and_exchange<R>(s, in, count, parts)) return false;
+    s.trace(4);
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
@@ -87,7 +88,9 @@ struct one_shot {
         epi(i * reduce::lanes<R>, acc);
         reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
       }
+      s.trace(5);
       s.finish(parts);
+      s.trace(6);
       return true;
     }
     for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += reduce_unroll * step) {
@@ -183,6 +186,8 @@ struct one_shot {
     for (int u = 0; u < unroll; ++u)
       if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
     if (!s.enter()) return false;
+    s.trace(0);
+    s.trace(1);
     while (i0 < pr.end) {
       ROCENANTE_UNROLL
       for (int u = 0; u < unroll; ++u) {
@@ -201,11 +206,13 @@ struct one_shot {
         if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
     }
     team.sync();
+    s.trace(2);
     // Direct stores: one signalling thread per peer. Shared staging (proxy, NIC): one producer per part.
     const int first = handle_t::shared_staging ? (team.thread() == 0 ? 0 : n) : team.thread();
     const int every = handle_t::shared_staging ? 1 : team.size();
     for (int q = first; q < n; q += every)
       if (q != r) (void)s.signal(q, static_cast<std::uint32_t>(r), base + pr.begin * packet_bytes, pr.size() * packet_bytes);
+    s.trace(3);
     return s.wait_peers(n, r, [](int q) { return static_cast<std::uint32_t>(q); });
   }
 };

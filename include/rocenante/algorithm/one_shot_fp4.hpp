@@ -226,25 +226,48 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
     }
     return ss;
   };
+  // pass 2 for block k of row m, whose values are in h: RMSNorm, outputs, codes and scale
+  auto finish_block = [&](std::uint64_t m, std::uint64_t k, float rinv, float (&h)[16]) {
+    if (!e.rms_norm && e.residual_out) store_block<T>(e.residual_out + m * e.cols, e.cols, k, h);
+    if (e.rms_norm) {
+      ROCENANTE_UNROLL
+      for (int i = 0; i < 16; ++i) {
+        const float w = e.weight ? nv::to_float(e.weight[k * 16 + i]) : 1.0f;
+        h[i] = nv::mul_rn(nv::mul_rn(h[i], rinv), w);
+      }
+    }
+    if (e.norm_out) store_block<T>(e.norm_out + m * e.cols, e.cols, k, h);
+    if (e.out_data == nullptr) return;
+    alignas(8) std::uint8_t c[8];
+    const std::uint8_t sf = nv::encode_block(h, e.global_scale, c);
+    store8(e.out_data + (m * e.cols) / 2 + k * 8, c);
+    e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = sf;
+  };
   auto quant = [&](std::uint64_t m, int lane, float rinv) {
+#if ROCENANTE_DEVICE_PASS
+    // Two blocks per lane per iteration, both loaded before either is encoded: the compiler cannot move the
+    // second load above the first block's stores (they might alias), and one block's loads alone leave the
+    // memory system idle while the lane computes.
+    std::uint64_t k = lane;
+    for (; k + 32 < kb; k += 64) {
+      float h0[16], h1[16];
+      src(m, k, h0);
+      src(m, k + 32, h1);
+      finish_block(m, k, rinv, h0);
+      finish_block(m, k + 32, rinv, h1);
+    }
+    if (k < kb) {
+      float h[16];
+      src(m, k, h);
+      finish_block(m, k, rinv, h);
+    }
+#else
     for (std::uint64_t k = lane; k < kb; k += 32) {
       float h[16];
       src(m, k, h);
-      if (!e.rms_norm && e.residual_out) store_block<T>(e.residual_out + m * e.cols, e.cols, k, h);
-      if (e.rms_norm) {
-        ROCENANTE_UNROLL
-        for (int i = 0; i < 16; ++i) {
-          const float w = e.weight ? nv::to_float(e.weight[k * 16 + i]) : 1.0f;
-          h[i] = nv::mul_rn(nv::mul_rn(h[i], rinv), w);
-        }
-      }
-      if (e.norm_out) store_block<T>(e.norm_out + m * e.cols, e.cols, k, h);
-      if (e.out_data == nullptr) continue;
-      alignas(8) std::uint8_t c[8];
-      const std::uint8_t sf = nv::encode_block(h, e.global_scale, c);
-      store8(e.out_data + (m * e.cols) / 2 + k * 8, c);
-      e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = sf;
+      finish_block(m, k, rinv, h);
     }
+#endif
     if (e.out_data != nullptr)
       for (std::uint64_t k = kb + lane; k < kpad; k += 32) e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = 0;
   };

@@ -132,6 +132,7 @@ class communicator {
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
     const std::uint32_t parts = parts_for<T>(count);
+    std::uint64_t capacity = capacity_;
     if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
       // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
       // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
@@ -142,9 +143,9 @@ class communicator {
                         std::to_string(sharing_) + " ranks x " + std::to_string(parts) + " CTAs would not all be " +
                         "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_parts or " +
                         "the epilogue's register use");
+      capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
     }
-    kernel::all_reduce<A, R, handle_type, Epilogue><<<parts, threads, 0, stream>>>(ctx_, in, out, count, epi);
-    return launched();
+    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue>, parts, stream, capacity, ctx_, in, out, count, epi));
   }
 
   template <algorithm::algorithm A = algorithm::one_shot, class T>
@@ -152,8 +153,7 @@ class communicator {
     using R = reduce::sum<std::remove_cv_t<T>>;
     static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
     if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream); s != status::ok) return s;
-    kernel::all_gather<A, R, handle_type><<<parts_for<T>(count), threads, 0, stream>>>(ctx_, in, out, count);
-    return launched();
+    return launched(launch(kernel::all_gather<A, R, handle_type>, parts_for<T>(count), stream, capacity_, ctx_, in, out, count));
   }
 
   /// Health without a device synchronize: reads the host-mapped mirror of the failure record.
@@ -167,6 +167,16 @@ class communicator {
   }
 
   const std::string& last_error() const { return last_error_; }
+
+  /// Programmatic dependent launch (on by default; sm_90 and later, ignored elsewhere): kernels are launched with
+  /// cudaLaunchAttributeProgrammaticStreamSerialization, so a collective is scheduled while the kernel before it
+  /// in the stream is still running and its launch latency is hidden; every collective kernel starts with
+  /// griddepcontrol.wait, which keeps stream order's guarantees (kernel/collectives.cuh). When ranks share a GPU
+  /// a launch uses it only if every rank's running collective and the one launched early fit on the GPU together
+  /// (ranks x (max_parts + this launch's CTAs) resident CTAs), so the co-residency argument still holds.
+  /// Captured into CUDA graphs as programmatic edges. Local to this rank: ranks need not agree.
+  void set_programmatic_launch(bool on) { pdl_ = on; }
+  bool programmatic_launch() const { return pdl_; }
 
  private:
   /// Checks that depend only on this call's arguments. A refusal is still a step in the sequence: the reject
@@ -194,7 +204,7 @@ class communicator {
 
   /// A refusal that takes the collective's place on the stream: the reject kernel tells the peers to abort.
   status reject_in_sequence(cudaStream_t stream, const std::string& why) {
-    kernel::reject<handle_type><<<1, threads, 0, stream>>>(ctx_);
+    (void)launch(kernel::reject<handle_type>, 1, stream, capacity_, ctx_);
     (void)cudaGetLastError();
     return refuse(status::invalid_argument,
                   why + "; peers were told to abort this collective and the communicator is now poisoned");
@@ -211,8 +221,27 @@ class communicator {
     return n;
   }
 
-  status launched() {
-    const cudaError_t e = cudaGetLastError();
+  /// Launches `fn` with `grid` CTAs on `stream`, with the programmatic attribute when enabled and when the
+  /// co-residency bound allows it (see set_programmatic_launch); `capacity` = CTAs of this kernel resident on the GPU.
+  template <class... Params, class... Args>
+  cudaError_t launch(void (*fn)(Params...), std::uint32_t grid, cudaStream_t stream, std::uint64_t capacity, Args&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1]{};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    const bool fits = sharing_ <= 1 || std::uint64_t(sharing_) * (opts_.max_parts + grid) <= capacity;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_ && fits ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, fn, std::forward<Args>(args)...);
+  }
+
+  status launched(cudaError_t e) {
+    if (e == cudaSuccess) e = cudaGetLastError();
+    else (void)cudaGetLastError();
     if (e == cudaSuccess) return status::ok;
     return refuse(status::internal, std::string("kernel launch failed: ") + cudaGetErrorString(e));
   }
@@ -278,6 +307,7 @@ class communicator {
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
     const std::uint64_t need = std::uint64_t(sharing) * opts_.max_parts;
     const std::uint64_t have = std::uint64_t(sms) * std::uint64_t(per_sm);
+    capacity_ = have;
     if (need > have)
       throw config_error("GPU " + std::to_string(device_) + " would run " + std::to_string(sharing) + " ranks x " +
                          std::to_string(opts_.max_parts) + " CTAs = " + std::to_string(need) +
@@ -294,6 +324,8 @@ class communicator {
   int device_ = 0;
   int sharing_ = 1;  ///< ranks of this communicator on this GPU
   int sms_ = 0;
+  std::uint64_t capacity_ = 0;  ///< CTAs of the built-in kernels resident on this GPU at once
+  bool pdl_ = true;             ///< programmatic dependent launch (set_programmatic_launch)
   std::vector<int> devices_;
   protocol::rank_state* state_ = nullptr;
   protocol::rank_state* mirror_host_ = nullptr;

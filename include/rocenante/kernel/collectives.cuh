@@ -8,10 +8,26 @@ namespace rocenante::kernel {
 
 inline constexpr int threads_per_block = 512;
 
+/// First statement of every collective kernel. Programmatic dependent launch (sm_90 and later; PTX
+/// griddepcontrol): `wait` returns once every kernel this one depends on in stream order has completed and its
+/// memory is visible — exactly the guarantee of ordinary stream order, so the input written by the previous
+/// kernel and the epoch written by the previous collective are safe to read after it. It returns at once when the
+/// kernel was launched without the programmatic attribute. `launch_dependents` then lets the next kernel of the
+/// stream, if it was launched with the attribute, be scheduled now and wait in its own `wait` instead of paying
+/// its launch latency after this kernel ends. It comes after `wait`, so at most two kernels of a rank are resident
+/// at once (gpu::communicator counts both when ranks share a GPU).
+ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void dependent_launch_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue>
 __global__ void __launch_bounds__(threads_per_block, 1)
     all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count, Epilogue epi = {}) {
+  dependent_launch_entry();
   using block_t = device::block_all_reduce<Algorithm, Reduction, Handle, Epilogue>;
   __shared__ typename block_t::temp_storage tmp;
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
@@ -22,6 +38,7 @@ template <class Algorithm, class Reduction, class Handle>
 __global__ void __launch_bounds__(threads_per_block, 1)
     all_gather(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count) {
+  dependent_launch_entry();
   __shared__ typename device::block_all_gather<Algorithm, Reduction, Handle>::temp_storage tmp;
   device::block_all_gather<Algorithm, Reduction, Handle> coll(tmp, static_cast<int>(threadIdx.x),
                                                               static_cast<int>(blockDim.x));
@@ -32,6 +49,7 @@ __global__ void __launch_bounds__(threads_per_block, 1)
 /// order: it takes the collective's place in the sequence and tells every peer to abort (session::reject).
 template <class Handle>
 __global__ void __launch_bounds__(threads_per_block, 1) reject(device::context<Handle> ctx) {
+  dependent_launch_entry();
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, 0, 0, ctx.mirror);
   if (!s.enter()) return;

@@ -63,6 +63,7 @@ template <class R, class Handle>
 __global__ void __launch_bounds__(threads_per_block, 1)
     nvfp4_all_reduce(device::context<Handle> ctx, const typename R::value_type* in, typename R::value_type* out,
                      std::uint64_t count) {
+  dependent_launch_entry();
   __shared__ float scratch[threads_per_block / 32];
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(threads_per_block, 1)
 template <class T, class Handle>
 __global__ void __launch_bounds__(threads_per_block, 1)
     nvfp4_all_reduce_quantize(device::context<Handle> ctx, const T* in, algorithm::nvfp4_epilogue<T> e) {
+  dependent_launch_entry();
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
                                                      static_cast<std::uint32_t>(algorithm::one_shot_rows_id),
@@ -87,6 +89,7 @@ __global__ void __launch_bounds__(threads_per_block, 1)
 /// NVFP4 all-gather (one_shot_fp4::all_gather_nvfp4), one CTA per part (rows).
 template <class Handle>
 __global__ void __launch_bounds__(threads_per_block, 1) nvfp4_all_gather(device::context<Handle> ctx, algorithm::nvfp4_gather g) {
+  dependent_launch_entry();
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const std::uint32_t sig = protocol::call_signature(protocol::collective::all_gather,
                                                      static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),

@@ -70,12 +70,28 @@ class session {
   /// collective of this rank completed before this one started (stream order), so its writes are visible; a
   /// poisoning in progress in another part of this collective is caught by the waits.
   ROCENANTE_HOST_DEVICE bool enter() {
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+    t0_clk_ = clock64();
+    t0_ns_ = detail::now_ns();
+#endif
     bool healthy_now = true;
     // Every thread reads seq; it cannot change until this part finishes.
     seq_ = detail::load_relaxed<std::uint32_t, state_scope>(&state_->seq[part_]);
     if (team_.thread() == 0)
       healthy_now = detail::load_relaxed<std::uint32_t, state_scope>(&state_->poison) == healthy;
     return team_.all(healthy_now);
+  }
+
+  /// Phase timestamp `point` (0..7) of this collective, by thread 0 of part 0; compiled only with
+  /// ROCENANTE_TRACE_PHASES (benchmarks/gpu/trace_phases.cu), otherwise nothing.
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void trace([[maybe_unused]] int point) {
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+    if (part_ == 0 && team_.thread() == 0) {
+      const int slot = static_cast<int>(seq_ % rank_state::trace_slots);
+      state_->trace[slot][point] = point == 0 ? t0_clk_ : clock64();
+      state_->trace_ns[slot][point] = point == 0 ? t0_ns_ : detail::now_ns();
+    }
+#endif
   }
 
   ROCENANTE_HOST_DEVICE std::uint32_t seq() const { return seq_; }
@@ -260,6 +276,9 @@ class session {
   std::uint32_t signature_;
   std::uint32_t part_;
   std::uint32_t seq_ = 0;
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+  std::uint64_t t0_clk_ = 0, t0_ns_ = 0;  ///< when enter() began (trace point 0)
+#endif
 };
 
 }  // namespace rocenante::protocol

@@ -51,6 +51,13 @@ struct rank_state {
   std::uint32_t reserved[3];
   failure_record failure;
   std::uint32_t seq[max_parts_limit];  ///< sequence number of the next collective, per part
+#ifdef ROCENANTE_TRACE_PHASES
+  /// Phase timestamps of part 0, thread 0 (benchmarks/gpu/trace_phases.cu; never in a normal build):
+  /// [seq % trace_slots][point] = SM cycle counter, trace_ns = %globaltimer at the same points.
+  static constexpr int trace_slots = 64, trace_points = 8;
+  std::uint64_t trace[trace_slots][trace_points];
+  std::uint64_t trace_ns[trace_slots][trace_points];
+#endif
 };
 
 ROCENANTE_HOST_DEVICE inline void init_state(rank_state& s, std::uint32_t first_seq) {

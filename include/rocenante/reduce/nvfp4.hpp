@@ -107,12 +107,46 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float float_of(std::uint32_t u) {
 /// even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5.0 -> 4.0); the sign bit is
 /// kept, also for results of zero. For every float that is not NaN this equals CUDA's __nv_cvt_float_to_fp4(x,
 /// __NV_E2M1, cudaRoundNearest): both are monotone step functions of |x| with the same steps, and
-/// tests/host/test_nvfp4_codec.cpp checks every step and its float neighbours. The codec never converts a NaN.
+/// tests/host/test_nvfp4_codec.cpp checks every step and its float neighbours. The codec never converts a NaN
+/// (a NaN block takes the all-zero path); here a NaN gives code 0 with its sign.
+/// Written as a sum of seven comparisons, not a chain of conditionals: on a GPU that is seven predicate-free
+/// compares and three adds per element, where a chain compiles to divergent branches (each lane of a warp takes
+/// its own path through the grid, and the warp runs them all).
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t e2m1_by_compare(float x) {
   const float a = x < 0.0f ? -x : x;
-  const std::uint8_t c = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3 : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
+  const unsigned c = static_cast<unsigned>(a > 0.25f) + static_cast<unsigned>(a >= 0.75f) +
+                     static_cast<unsigned>(a > 1.25f) + static_cast<unsigned>(a >= 1.75f) +
+                     static_cast<unsigned>(a > 2.5f) + static_cast<unsigned>(a >= 3.5f) + static_cast<unsigned>(a > 5.0f);
   return static_cast<std::uint8_t>(c | ((bits_of(x) >> 28) & 8u));
 }
+/// |x| as an E2M1 magnitude code (0..7): exactly e2m1_by_compare(x) & 7 for every x that is not NaN, in about
+/// ten instructions on a GPU (seven compares and selects would be ~18). Round to nearest even on the grid
+/// {0, .5, 1, 1.5, 2, 3, 4, 6} by one IEEE addition per spacing: adding K = 1.5 x 2^22 (whose ulp is 0.5) rounds
+/// |x| < 2 to a multiple of 0.5 in a single rounding, ties to the even multiple, and the distance from K in ulps
+/// is then the code itself (0 .. 4); K = 1.5 x 2^23 (ulp 1) does the same for 2 <= |x| < 4 (code = ulps + 2);
+/// from 4 on, 4 (code 6) up to 5 inclusive (the tie goes to the even code), 6 (code 7) above, saturating.
+/// Both K have an even last mantissa bit, so "ties to even" in the addition is "ties to the even code".
+/// tests/host/test_nvfp4_codec.cpp compares it with e2m1_by_compare on every float near each step and a sweep.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint32_t e2m1_magnitude(float x) {
+#if ROCENANTE_DEVICE_PASS
+  const float a = fabsf(x);  // an operand modifier, not an instruction
+#else
+  const float a = x < 0.0f ? -x : x;
+#endif
+  constexpr float k1 = 6291456.0f;   // 1.5 x 2^22
+  constexpr float k2 = 12582912.0f;  // 1.5 x 2^23
+#if ROCENANTE_DEVICE_PASS
+  const std::uint32_t c1 = __float_as_uint(__fadd_rn(a, k1)) - 0x4ac00000u;
+  const std::uint32_t c2 = __float_as_uint(__fadd_rn(a, k2)) - (0x4b400000u - 2u);
+#else
+  volatile float s1 = a + k1, s2 = a + k2;  // volatile: no excess precision, no reassociation
+  const std::uint32_t c1 = bits_of(s1) - 0x4ac00000u;
+  const std::uint32_t c2 = bits_of(s2) - (0x4b400000u - 2u);
+#endif
+  const std::uint32_t c3 = a > 5.0f ? 7u : 6u;
+  return a < 2.0f ? c1 : (a < 4.0f ? c2 : c3);
+}
+
 /// The value of an E2M1 code built from its bits (exact; equals CUDA's __nv_cvt_fp4_to_halfraw for all 16 codes,
 /// checked exhaustively by the host test).
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float e2m1_by_bits(std::uint8_t code) {
@@ -179,15 +213,23 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t block_scale(float amax,
   return e4m3(div_rn(mul_rn(gs, amax), e2m1_max));
 }
 
-/// Encode one block of `valid` (1..16) values; values past `valid` count as 0 and get code 0.
-/// Writes 8 bytes of codes; returns the scale byte.
-ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode_block(const float (&x)[block_elems], float gs,
-                                                                    std::uint8_t (&codes)[block_bytes],
-                                                                    int valid = block_elems) {
-  float amax = 0.0f;
+namespace detail {
+/// encode_block's body; `Full` = every element valid, so the compiler drops every per-element `valid` test.
+template <bool Full>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode(const float (&x)[block_elems], float gs,
+                                                              std::uint8_t (&codes)[block_bytes], int valid) {
+  if constexpr (Full) valid = block_elems;
+  // NaN-propagating max magnitude as an integer max of the magnitudes' bits: for floats without their sign, the
+  // order of the bit patterns is the order of the values, and every NaN pattern lies above +Inf's, so a NaN
+  // anywhere in the block makes the result a NaN (block_scale turns any NaN into the NaN scale byte, as max_nan
+  // would). Two integer instructions per element instead of four compares and selects.
+  std::uint32_t amax_bits = 0;
   ROCENANTE_UNROLL
-  for (int i = 0; i < block_elems; ++i)
-    if (i < valid) amax = max_nan(amax, abs_f(x[i]));
+  for (int i = 0; i < block_elems; ++i) {
+    const std::uint32_t m = bits_of(x[i]) & 0x7fffffffu;
+    if (i < valid) amax_bits = m > amax_bits ? m : amax_bits;
+  }
+  const float amax = float_of(amax_bits);
   const std::uint8_t sf = block_scale(amax, gs);
   const float s = e4m3_to_float(sf);
   if (s == 0.0f || is_nan(s)) {
@@ -196,6 +238,22 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode_block(const floa
     return sf;
   }
   const float m = div_rn(gs, s);
+#if ROCENANTE_NVFP4_COMPARE_CVT
+  if constexpr (Full) {
+    ROCENANTE_UNROLL
+    for (int w = 0; w < 2; ++w) {
+      std::uint32_t word = 0;
+      ROCENANTE_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        const float v = mul_rn(x[8 * w + i], m);
+        word |= (e2m1_magnitude(v) | ((bits_of(v) >> 28) & 8u)) << (4 * i);
+      }
+      ROCENANTE_UNROLL
+      for (int j = 0; j < 4; ++j) codes[4 * w + j] = static_cast<std::uint8_t>(word >> (8 * j));
+    }
+    return sf;
+  }
+#endif
   ROCENANTE_UNROLL
   for (int j = 0; j < block_bytes; ++j) {
     const float lo = 2 * j < valid ? mul_rn(x[2 * j], m) : 0.0f;
@@ -206,6 +264,16 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode_block(const floa
     codes[j] = c;
   }
   return sf;
+}
+
+}  // namespace detail
+
+/// Encode one block of `valid` (1..16) values; values past `valid` count as 0 and get code 0.
+/// Writes 8 bytes of codes; returns the scale byte. (A whole block takes a path without per-element tests.)
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode_block(const float (&x)[block_elems], float gs,
+                                                                    std::uint8_t (&codes)[block_bytes],
+                                                                    int valid = block_elems) {
+  return valid >= block_elems ? detail::encode<true>(x, gs, codes, block_elems) : detail::encode<false>(x, gs, codes, valid);
 }
 
 /// Dequantization factor of a block: float(sf) / gs.

@@ -1,0 +1,152 @@
+// trace_phases.cu — where the time of one one-shot all-reduce goes: ranks share one GPU (cuda_loopback, one stream
+// per rank, one CUDA graph holding every rank's collectives, as benchmarks/gpu/bench_gpu.cu), built with
+// ROCENANTE_TRACE_PHASES so that thread 0 of part 0 of every rank stamps each phase of protocol/session.hpp and
+// algorithm/one_shot.hpp (SM cycles and %globaltimer ns):
+//
+//   0 enter begins (input already loading)    1 after enter (epoch read, poison vote)
+//   2 payload stored to every peer + barrier  3 flags published
+//   4 every peer's flag seen + barrier        5 reduced and stored
+//   6 epoch advanced (end of the collective)
+//
+// and the gap from the end of one collective to the start of the next on the same rank (launch + drain). A
+// diagnostic, not a benchmark: the stamps add a few stores to the measured kernel. Prints medians over ranks and
+// the last 64 collectives, with and without programmatic dependent launch.
+//
+// usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16]
+#define ROCENANTE_TRACE_PHASES 1
+#include <cuda_runtime.h>
+
+#include <rocenante/gpu/communicator.hpp>
+#include <rocenante/host/spawn.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+using namespace rocenante;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run(std::size_t bytes, int n, std::uint32_t max_parts, bool pdl) {
+  constexpr int per_graph = 50, replays = 40;
+  options o = gpu::default_options();
+  o.capacity_bytes = std::max<std::size_t>(bytes, 1 << 20);
+  o.max_parts = max_parts;
+  std::vector<std::unique_ptr<gpu::communicator<transport::cuda_loopback>>> comms(n);
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    comms[b.rank()] = std::make_unique<gpu::communicator<transport::cuda_loopback>>(b, o);
+  });
+  std::vector<cudaStream_t> streams(n);
+  std::vector<cudaEvent_t> done(n);
+  std::vector<bf16*> in(n), out(n);
+  cudaStream_t master;
+  cudaEvent_t fork, e0, e1;
+  cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
+  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  const std::size_t count = bytes / sizeof(bf16);
+  for (int r = 0; r < n; ++r) {
+    comms[r]->set_programmatic_launch(pdl);
+    cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
+    cudaMalloc(&in[r], bytes);
+    cudaMalloc(&out[r], bytes);
+    cudaMemset(in[r], 0, bytes);
+  }
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  cudaStreamBeginCapture(master, cudaStreamCaptureModeThreadLocal);
+  cudaEventRecord(fork, master);
+  for (int r = 0; r < n; ++r) {
+    cudaStreamWaitEvent(streams[r], fork, 0);
+    for (int k = 0; k < per_graph; ++k)
+      if (comms[r]->all_reduce(in[r], out[r], count, streams[r]) != status::ok) {
+        std::printf("launch failed: %s\n", comms[r]->last_error().c_str());
+        return 1;
+      }
+    cudaEventRecord(done[r], streams[r]);
+    cudaStreamWaitEvent(master, done[r], 0);
+  }
+  if (cudaStreamEndCapture(master, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) {
+    std::printf("graph capture failed\n");
+    return 1;
+  }
+  float total_ms = 0;
+  for (int i = 0; i < replays; ++i) {
+    cudaEventRecord(e0, master);
+    cudaGraphLaunch(exec, master);
+    cudaEventRecord(e1, master);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= replays / 2) total_ms += ms;
+  }
+  const double per_coll_us = total_ms * 1e3 / (replays / 2) / per_graph;
+  // phases (medians over ranks x the last 64 collectives, excluding each graph's first collective)
+  std::vector<double> d_clk[7], d_ns[7], gap_ns, whole_ns;
+  int clock_khz = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  for (int r = 0; r < n; ++r) {
+    if (!comms[r]->check_health().ok()) {
+      std::printf("rank %d: %s\n", r, comms[r]->check_health().message.c_str());
+      return 1;
+    }
+    protocol::rank_state st;
+    cudaMemcpy(&st, comms[r]->device_context().state, sizeof st, cudaMemcpyDeviceToHost);
+    const std::uint32_t next = st.seq[0];  // sequence of the next collective
+    for (std::uint32_t s = next - 63; s != next; ++s) {
+      const auto& t = st.trace[s % protocol::rank_state::trace_slots];
+      const auto& tn = st.trace_ns[s % protocol::rank_state::trace_slots];
+      for (int k = 1; k < 7; ++k) {
+        d_clk[k].push_back(double(t[k] - t[k - 1]));
+        d_ns[k].push_back(double(tn[k] - tn[k - 1]));
+      }
+      whole_ns.push_back(double(tn[6] - tn[0]));
+      const auto& p = st.trace_ns[(s - 1) % protocol::rank_state::trace_slots];
+      if ((s - o.first_sequence) % per_graph != 0) gap_ns.push_back(double(tn[0]) - double(p[6]));
+    }
+  }
+  static const char* names[7] = {"", "enter (epoch read, vote)", "stage stores + barrier", "signal (fence + flag)",
+                                 "wait for peers + barrier", "reduce + store", "finish (epoch)"};
+  std::printf("\nbf16 one_shot all-reduce, %zu bytes, %d ranks on one GPU, max_parts %u (%u CTAs), graph of %d per rank, "
+              "programmatic launch %s\n",
+              bytes, n, max_parts, comms[0]->parts_for<bf16>(count), per_graph, pdl ? "on" : "off");
+  std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, per_coll_us);
+  std::printf("  %-28s %10s %10s\n", "phase (part 0, thread 0)", "cycles", "ns (clk)");
+  for (int k = 1; k < 7; ++k)
+    std::printf("  %-28s %10.0f %10.0f   globaltimer %6.0f ns\n", names[k], median(d_clk[k]),
+                median(d_clk[k]) * 1e6 / clock_khz, median(d_ns[k]));
+  std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "enter -> end", "", median(whole_ns));
+  std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "end -> next enter (gap)", "", median(gap_ns));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  for (int r = 0; r < n; ++r) cudaFree(in[r]), cudaFree(out[r]);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  int dev_count = 0;
+  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  const std::size_t bytes = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 49152;
+  const int n = argc > 2 ? std::atoi(argv[2]) : 4;
+  const std::uint32_t parts = argc > 3 ? static_cast<std::uint32_t>(std::atoi(argv[3])) : 16;
+  int rc = run(bytes, n, parts, false);
+  rc |= run(bytes, n, parts, true);
+  return rc;
+}

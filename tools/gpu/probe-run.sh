@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tools/gpu/probe-run.sh — one device call for kernel work in progress: build the GPU tests, the two Google
+# Benchmark suites and the phase tracer for sm_90a; run the phase breakdown (with and without programmatic
+# dependent launch), the gpu suites (collectives, nvfp4), the NVFP4 codec/epilogue benchmark and the headline
+# all-reduce rows side by side with ROCENANTE_BENCH_PDL=0 and =1. Results in $OUT (at most 8 files).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
+S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
+{ date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"
+  nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } 2>&1 | tee "$S"
+t0=$(date +%s); b=build-h200
+meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
+ninja -C $b -j16 tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-gpu \
+  benchmarks/gpu/rocenante-bench-nvfp4 benchmarks/gpu/rocenante-trace-phases >/tmp/build.log 2>&1 ||
+  { grep -E "error|FAILED" -A3 /tmp/build.log | head -40 | tee -a "$S"; }
+say "build: $(( $(date +%s) - t0 )) s"
+step() { local name=$1 lim=$2; shift 2; local t=$(date +%s); timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
+  say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:' "$OUT/$name.log" | tr '\n' ' ')"; }
+{ for args in "49152 4 16" "8192 4 16" "49152 2 16" "49152 8 16"; do timeout 60 $b/benchmarks/gpu/rocenante-trace-phases $args; done; } >"$OUT/trace.log" 2>&1
+say "trace: rc=$?"; cat "$OUT/trace.log" >>"$S"
+step gpu-tests-collectives 200 $b/tests/gpu/test_gpu_collectives
+step gpu-tests-nvfp4 150 $b/tests/gpu/test_gpu_nvfp4
+t=$(date +%s)
+timeout 120 $b/benchmarks/gpu/rocenante-bench-nvfp4 --benchmark_filter='quantize|codec|copy' --benchmark_out="$OUT/nvfp4-h200.json" \
+  --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-nvfp4.log" 2>&1
+say "rocenante-bench-nvfp4: rc=$? after $(( $(date +%s) - t )) s"; grep -E "quantize|codec" "$OUT/bench-nvfp4.log" | tee -a "$S"
+F='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152|67108864)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:49152/ranks:(2|8)|all_reduce/ring/loopback/bf16/bytes:49152/ranks:4|all_reduce/one_shot/loopback_proxy/bf16/bytes:49152/ranks:4|copy'
+for pdl in 0 1; do t=$(date +%s)
+  ROCENANTE_BENCH_PDL=$pdl ROCENANTE_BENCH_MAX_PARTS=16 timeout 120 $b/benchmarks/gpu/rocenante-bench-gpu --benchmark_filter="$F" \
+    --benchmark_out="$OUT/h200-loopback-pdl$pdl.json" --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-gpu-pdl$pdl.log" 2>&1
+  say "rocenante-bench-gpu PDL=$pdl max_parts=16: rc=$? after $(( $(date +%s) - t )) s"; grep -E "^all_reduce|^copy" "$OUT/bench-gpu-pdl$pdl.log" | awk '{print $1, $2, $3}' | tee -a "$S"
+done
+say "total: $(( $(date +%s) - t0 )) s"
