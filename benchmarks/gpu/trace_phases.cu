@@ -12,7 +12,7 @@
 // diagnostic, not a benchmark: the stamps add a few stores to the measured kernel. Prints medians over ranks and
 // the last 64 collectives, with and without programmatic dependent launch.
 //
-// usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16]
+// usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16] [capacity_bytes=67108864]
 #define ROCENANTE_TRACE_PHASES 1
 #include <cuda_runtime.h>
 
@@ -36,10 +36,10 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int run(std::size_t bytes, int n, std::uint32_t max_parts, bool pdl) {
+int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity, bool pdl) {
   constexpr int per_graph = 50, replays = 40;
   options o = gpu::default_options();
-  o.capacity_bytes = std::max<std::size_t>(bytes, 1 << 20);
+  o.capacity_bytes = std::max(bytes, capacity);
   o.max_parts = max_parts;
   std::vector<std::unique_ptr<gpu::communicator<transport::cuda_loopback>>> comms(n);
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
@@ -118,9 +118,9 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, bool pdl) {
   }
   static const char* names[7] = {"", "enter (epoch read, vote)", "stage stores + barrier", "signal (fence + flag)",
                                  "wait for peers + barrier", "reduce + store", "finish (epoch)"};
-  std::printf("\nbf16 one_shot all-reduce, %zu bytes, %d ranks on one GPU, max_parts %u (%u CTAs), graph of %d per rank, "
-              "programmatic launch %s\n",
-              bytes, n, max_parts, comms[0]->parts_for<bf16>(count), per_graph, pdl ? "on" : "off");
+  std::printf("\nbf16 one_shot all-reduce, %zu bytes, %d ranks on one GPU, max_parts %u (%u CTAs), capacity %zu, graph of %d "
+              "per rank, programmatic launch %s\n",
+              bytes, n, max_parts, comms[0]->parts_for<bf16>(count), std::size_t(o.capacity_bytes), per_graph, pdl ? "on" : "off");
   std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, per_coll_us);
   std::printf("  %-28s %10s %10s\n", "phase (part 0, thread 0)", "cycles", "ns (clk)");
   for (int k = 1; k < 7; ++k)
@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
   const std::size_t bytes = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 49152;
   const int n = argc > 2 ? std::atoi(argv[2]) : 4;
   const std::uint32_t parts = argc > 3 ? static_cast<std::uint32_t>(std::atoi(argv[3])) : 16;
-  int rc = run(bytes, n, parts, false);
-  rc |= run(bytes, n, parts, true);
+  const std::size_t cap = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : std::size_t{64} << 20;
+  int rc = run(bytes, n, parts, cap, false);
+  rc |= run(bytes, n, parts, cap, true);
   return rc;
 }

@@ -16,7 +16,7 @@ ninja -C $b -j16 tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchma
 say "build: $(( $(date +%s) - t0 )) s"
 step() { local name=$1 lim=$2; shift 2; local t=$(date +%s); timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
   say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:' "$OUT/$name.log" | tr '\n' ' ')"; }
-{ for args in "49152 4 16" "8192 4 16" "49152 2 16" "49152 8 16"; do timeout 60 $b/benchmarks/gpu/rocenante-trace-phases $args; done; } >"$OUT/trace.log" 2>&1
+{ for args in "49152 4 16" "8192 4 16" "49152 2 16" "49152 8 8" "49152 4 16 1048576"; do timeout 60 $b/benchmarks/gpu/rocenante-trace-phases $args; done; } >"$OUT/trace.log" 2>&1
 say "trace: rc=$?"; cat "$OUT/trace.log" >>"$S"
 step gpu-tests-collectives 200 $b/tests/gpu/test_gpu_collectives
 step gpu-tests-nvfp4 150 $b/tests/gpu/test_gpu_nvfp4
@@ -25,9 +25,10 @@ timeout 120 $b/benchmarks/gpu/rocenante-bench-nvfp4 --benchmark_filter='quantize
   --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-nvfp4.log" 2>&1
 say "rocenante-bench-nvfp4: rc=$? after $(( $(date +%s) - t )) s"; grep -E "quantize|codec" "$OUT/bench-nvfp4.log" | tee -a "$S"
 F='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152|67108864)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:49152/ranks:(2|8)|all_reduce/ring/loopback/bf16/bytes:49152/ranks:4|all_reduce/one_shot/loopback_proxy/bf16/bytes:49152/ranks:4|copy'
-for pdl in 0 1; do t=$(date +%s)
+for pdl in ${PDL_RUNS:-0 1}; do t=$(date +%s)
   ROCENANTE_BENCH_PDL=$pdl ROCENANTE_BENCH_MAX_PARTS=16 timeout 120 $b/benchmarks/gpu/rocenante-bench-gpu --benchmark_filter="$F" \
     --benchmark_out="$OUT/h200-loopback-pdl$pdl.json" --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-gpu-pdl$pdl.log" 2>&1
   say "rocenante-bench-gpu PDL=$pdl max_parts=16: rc=$? after $(( $(date +%s) - t )) s"; grep -E "^all_reduce|^copy" "$OUT/bench-gpu-pdl$pdl.log" | awk '{print $1, $2, $3}' | tee -a "$S"
 done
 say "total: $(( $(date +%s) - t0 )) s"
+cd "$OUT" && tar czf logs.tar.gz *.log *.json && rm -f bench-*.log gpu-tests-*.log trace.log stdout.log *.json

@@ -43,6 +43,18 @@ struct one_shot {
     return static_cast<std::uint64_t>(n - 1) * bytes;
   }
 
+  /// Distance between two sources' regions in a slot, for a call of `count` elements: the call's packets rounded
+  /// up to 256 bytes, at most the layout's source_stride (which is sized for capacity_bytes). A small call's
+  /// sources then sit side by side in one or two pages instead of capacity_bytes apart, so the reduce touches one
+  /// page of the window, not n. Every rank derives the same value from the count; a rank that called with
+  /// another count writes elsewhere, but its flag carries a different signature and every peer fails the call
+  /// before reading (protocol/flags.hpp).
+  template <reduce::reduction R>
+  ROCENANTE_HOST_DEVICE static constexpr std::uint64_t source_stride(const protocol::window_layout& l, std::uint64_t count) {
+    const std::uint64_t s = protocol::align_up(protocol::ceil_div(count, reduce::lanes<R>) * packet_bytes, 256);
+    return s < l.source_stride ? s : l.source_stride;
+  }
+
   /// All-reduce part `s.part()` of `parts`. Every team thread of every rank calls, for every part.
   /// Result: out[i] = sum over q = 0..n-1 of in_q[i], summed in that order in fp32, rounded once; valid in
   /// `out` for this part's packets when the call returns true, identical bytes on every rank.
@@ -55,7 +67,7 @@ struct one_shot {
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
-    const std::uint64_t stride = h.layout().source_stride;
+    const std::uint64_t stride = source_stride<R>(h.layout(), count);
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
     if (pr.size() <= step) {
@@ -143,7 +155,7 @@ struct one_shot {
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
-    const std::uint64_t stride = h.layout().source_stride;
+    const std::uint64_t stride = source_stride<R>(h.layout(), count);
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
     for (int q = 0; q < n; ++q) {
@@ -174,7 +186,7 @@ struct one_shot {
     auto& h = s.handle();
     using handle_t = typename Session::handle_type;
     const int n = h.ranks(), r = h.rank();
-    const std::uint64_t stride = h.layout().source_stride;
+    const std::uint64_t stride = source_stride<R>(h.layout(), count);
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t base = r * stride;
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());

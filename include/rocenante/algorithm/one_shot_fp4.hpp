@@ -143,7 +143,9 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_block(T* x, std::uint64_t
     return;
   }
 #endif
-  for (int i = 0; i < valid; ++i) x[first + i] = R::from_accum(v[i]);
+  ROCENANTE_UNROLL  // a constant index keeps v in registers (a loop to `valid` would index it at run time)
+  for (int i = 0; i < 16; ++i)
+    if (i < valid) x[first + i] = R::from_accum(v[i]);
 }
 
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void load8(const std::byte* p, std::uint8_t (&c)[8]) {
@@ -164,6 +166,17 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store8(void* p, const std::uint
 #else
   std::memcpy(p, c, 8);
 #endif
+}
+
+/// The 8 code bytes of a block, given as two little-endian words (reduce::nvfp4::encode_block_words), to p.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_words(void* p, const std::uint32_t (&w)[2]) {
+#if ROCENANTE_DEVICE_PASS
+  if ((reinterpret_cast<std::uintptr_t>(p) & 7u) == 0) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    return;
+  }
+#endif
+  for (int j = 0; j < 8; ++j) static_cast<std::uint8_t*>(p)[j] = static_cast<std::uint8_t>(w[j / 4] >> (8 * (j % 4)));
 }
 
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void copy_bytes(void* d, const void* s, int bytes) {
@@ -238,9 +251,9 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
     }
     if (e.norm_out) store_block<T>(e.norm_out + m * e.cols, e.cols, k, h);
     if (e.out_data == nullptr) return;
-    alignas(8) std::uint8_t c[8];
-    const std::uint8_t sf = nv::encode_block(h, e.global_scale, c);
-    store8(e.out_data + (m * e.cols) / 2 + k * 8, c);
+    std::uint32_t w[2];
+    const std::uint8_t sf = nv::encode_block_words(h, e.global_scale, w);
+    store_words(e.out_data + (m * e.cols) / 2 + k * 8, w);
     e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = sf;
   };
   auto quant = [&](std::uint64_t m, int lane, float rinv) {
@@ -272,6 +285,38 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
       for (std::uint64_t k = kb + lane; k < kpad; k += 32) e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = 0;
   };
 #if ROCENANTE_DEVICE_PASS
+  if (!e.rms_norm) {
+    // No row-wide statistic: every block of the part's rows is independent, so the team walks them flat (one
+    // block per thread, two in flight), as the 1-D codec kernel does, instead of a warp per row.
+    const std::uint64_t nblk = (m1 - m0) * kb, step = static_cast<std::uint64_t>(team.size());
+    std::uint64_t i = static_cast<std::uint64_t>(team.thread());
+    std::uint64_t m = m0 + i / kb, k = i % kb;                  // block i is (row m, column k)
+    const std::uint64_t dm = step / kb, dk = step % kb;         // one step of the walk
+    auto advance = [&](std::uint64_t& mm, std::uint64_t& kk) {
+      mm += dm;
+      kk += dk;
+      if (kk >= kb) kk -= kb, ++mm;
+    };
+    for (; i + step < nblk; i += 2 * step) {
+      std::uint64_t m1_ = m, k1_ = k;
+      advance(m1_, k1_);
+      float h0[16], h1[16];
+      src(m, k, h0);
+      src(m1_, k1_, h1);
+      finish_block(m, k, 1.0f, h0);
+      finish_block(m1_, k1_, 1.0f, h1);
+      m = m1_, k = k1_;
+      advance(m, k);
+    }
+    if (i < nblk) {
+      float h[16];
+      src(m, k, h);
+      finish_block(m, k, 1.0f, h);
+    }
+    if (e.out_data != nullptr && kpad > kb)  // scale columns kb..kpad of the swizzled layout are padding: 0
+      for (std::uint64_t j = team.thread(); j < (m1 - m0) * (kpad - kb); j += step)
+        e.out_scales[nv::sf_offset(e.layout, m0 + j / (kpad - kb), kb + j % (kpad - kb), e.cols)] = 0;
+  } else {
   const int lane = team.thread() & 31, warps = team.size() >> 5;
   for (std::uint64_t m = m0 + (team.thread() >> 5); m < m1; m += warps) {
     float rinv = 1.0f;
@@ -282,6 +327,7 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
       rinv = rms_inverse(ss, e.cols, e.epsilon);
     }
     quant(m, lane, rinv);
+  }
   }
 #else
   for (std::uint64_t m = m0 + team.thread(); m < m1; m += team.size()) {

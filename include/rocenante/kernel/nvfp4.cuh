@@ -19,12 +19,12 @@ __global__ void nvfp4_quantize(const T* x, std::uint64_t count, float gs, std::u
     // the bytes of reduce::nvfp4::quantize_block, with 16-byte loads and an 8-byte store for whole blocks
     float v[16];
     const int valid = algorithm::fp4_detail::load_block(x, count, b, v);
-    alignas(8) std::uint8_t c[8];
-    scales[b] = reduce::nvfp4::encode_block(v, gs, c, valid);
+    std::uint32_t w[2];
+    scales[b] = reduce::nvfp4::encode_block_words(v, gs, w, valid);
     if (valid == 16) {
-      algorithm::fp4_detail::store8(data + b * 8, c);
+      algorithm::fp4_detail::store_words(data + b * 8, w);
     } else {
-      for (int j = 0; j < (valid + 1) / 2; ++j) data[b * 8 + j] = c[j];
+      for (int j = 0; j < (valid + 1) / 2; ++j) data[b * 8 + j] = static_cast<std::uint8_t>(w[j / 4] >> (8 * (j % 4)));
     }
   }
 }

@@ -214,10 +214,12 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t block_scale(float amax,
 }
 
 namespace detail {
-/// encode_block's body; `Full` = every element valid, so the compiler drops every per-element `valid` test.
+/// encode_block's body, writing the 8 code bytes as two little-endian 32-bit words (byte j of the codes is
+/// bits 8(j%4).. of words[j/4]): no byte array, so a GPU keeps the codes in registers. `Full` = every element
+/// valid, so the compiler drops every per-element `valid` test.
 template <bool Full>
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode(const float (&x)[block_elems], float gs,
-                                                              std::uint8_t (&codes)[block_bytes], int valid) {
+                                                              std::uint32_t (&words)[2], int valid) {
   if constexpr (Full) valid = block_elems;
   // NaN-propagating max magnitude as an integer max of the magnitudes' bits: for floats without their sign, the
   // order of the bit patterns is the order of the values, and every NaN pattern lies above +Inf's, so a NaN
@@ -232,11 +234,8 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode(const float (&x)
   const float amax = float_of(amax_bits);
   const std::uint8_t sf = block_scale(amax, gs);
   const float s = e4m3_to_float(sf);
-  if (s == 0.0f || is_nan(s)) {
-    ROCENANTE_UNROLL
-    for (int j = 0; j < block_bytes; ++j) codes[j] = 0;
-    return sf;
-  }
+  words[0] = words[1] = 0;
+  if (s == 0.0f || is_nan(s)) return sf;
   const float m = div_rn(gs, s);
 #if ROCENANTE_NVFP4_COMPARE_CVT
   if constexpr (Full) {
@@ -248,8 +247,7 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode(const float (&x)
         const float v = mul_rn(x[8 * w + i], m);
         word |= (e2m1_magnitude(v) | ((bits_of(v) >> 28) & 8u)) << (4 * i);
       }
-      ROCENANTE_UNROLL
-      for (int j = 0; j < 4; ++j) codes[4 * w + j] = static_cast<std::uint8_t>(word >> (8 * j));
+      words[w] = word;
     }
     return sf;
   }
@@ -258,22 +256,35 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode(const float (&x)
   for (int j = 0; j < block_bytes; ++j) {
     const float lo = 2 * j < valid ? mul_rn(x[2 * j], m) : 0.0f;
     const float hi = 2 * j + 1 < valid ? mul_rn(x[2 * j + 1], m) : 0.0f;
-    std::uint8_t c = e2m1x2(lo, hi);
-    if (2 * j >= valid) c &= 0xf0;  // padding: code 0 (not -0)
-    if (2 * j + 1 >= valid) c &= 0x0f;
-    codes[j] = c;
+    std::uint32_t c = e2m1x2(lo, hi);
+    if (2 * j >= valid) c &= 0xf0u;  // padding: code 0 (not -0)
+    if (2 * j + 1 >= valid) c &= 0x0fu;
+    words[j / 4] |= c << (8 * (j % 4));
   }
   return sf;
 }
 
 }  // namespace detail
 
+/// Encode one block of `valid` (1..16) values; values past `valid` count as 0 and get code 0. Writes the 8 code
+/// bytes as two little-endian words (see detail::encode); returns the scale byte. A whole block takes a path
+/// without per-element tests.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode_block_words(const float (&x)[block_elems], float gs,
+                                                                          std::uint32_t (&words)[2],
+                                                                          int valid = block_elems) {
+  return valid >= block_elems ? detail::encode<true>(x, gs, words, block_elems) : detail::encode<false>(x, gs, words, valid);
+}
+
 /// Encode one block of `valid` (1..16) values; values past `valid` count as 0 and get code 0.
-/// Writes 8 bytes of codes; returns the scale byte. (A whole block takes a path without per-element tests.)
+/// Writes 8 bytes of codes; returns the scale byte.
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode_block(const float (&x)[block_elems], float gs,
                                                                     std::uint8_t (&codes)[block_bytes],
                                                                     int valid = block_elems) {
-  return valid >= block_elems ? detail::encode<true>(x, gs, codes, block_elems) : detail::encode<false>(x, gs, codes, valid);
+  std::uint32_t w[2];
+  const std::uint8_t sf = encode_block_words(x, gs, w, valid);
+  ROCENANTE_UNROLL
+  for (int j = 0; j < block_bytes; ++j) codes[j] = static_cast<std::uint8_t>(w[j / 4] >> (8 * (j % 4)));
+  return sf;
 }
 
 /// Dequantization factor of a block: float(sf) / gs.
@@ -352,10 +363,14 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void dequantize_block(const std::uin
   const std::uint64_t first = b * block_elems;
   const int valid = count - first >= static_cast<std::uint64_t>(block_elems) ? block_elems : static_cast<int>(count - first);
   std::uint8_t c[block_bytes] = {};
-  for (int j = 0; j < (valid + 1) / 2; ++j) c[j] = data[b * block_bytes + j];
+  ROCENANTE_UNROLL
+  for (int j = 0; j < block_bytes; ++j)
+    if (j < (valid + 1) / 2) c[j] = data[b * block_bytes + j];
   float v[block_elems];
   decode_block(c, scales[b], gs, v);
-  for (int i = 0; i < valid; ++i) out[first + i] = v[i];
+  ROCENANTE_UNROLL  // constant indices keep v in registers on a GPU
+  for (int i = 0; i < block_elems; ++i)
+    if (i < valid) out[first + i] = v[i];
 }
 
 /// Whole-tensor helpers for the host (and single-threaded device use): quantize / dequantize x[0..count).
