@@ -137,6 +137,7 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
   }
   const double factor = c == coll::all_gather ? double(n - 1) : 2.0 * (n - 1) / n;
   const double total = c == coll::all_gather ? double(bytes) * n : double(bytes);
+  state.counters["pdl"] = w.comms[0]->programmatic_launch() ? 1 : 0;  // programmatic dependent launch (opt-in)
   state.counters["algbw"] = benchmark::Counter(total / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["busbw"] = benchmark::Counter(total / 1e9 * factor, benchmark::Counter::kIsIterationInvariantRate);
   if (c == coll::all_reduce_one_shot)

@@ -168,13 +168,18 @@ class communicator {
 
   const std::string& last_error() const { return last_error_; }
 
-  /// Programmatic dependent launch (on by default; sm_90 and later, ignored elsewhere): kernels are launched with
+  /// Programmatic dependent launch (off by default; opt in; sm_90 and later, ignored elsewhere): kernels are launched with
   /// cudaLaunchAttributeProgrammaticStreamSerialization, so a collective is scheduled while the kernel before it
   /// in the stream is still running and its launch latency is hidden; every collective kernel starts with
   /// griddepcontrol.wait, which keeps stream order's guarantees (kernel/collectives.cuh). When ranks share a GPU
   /// a launch uses it only if every rank's running collective and the one launched early fit on the GPU together
   /// (ranks x (max_parts + this launch's CTAs) resident CTAs), so the co-residency argument still holds.
   /// Captured into CUDA graphs as programmatic edges. Local to this rank: ranks need not agree.
+  /// Why opt-in: on the H200 a rank whose collectives alternated between two eagerly launched streams, ordered by
+  /// cudaStreamWaitEvent, got wrong results with it on (tests/gpu: "collectives alternating between two eagerly
+  /// launched streams", with ROCENANTE_TEST_PDL=1) — the cross-stream wait did not hold the early launch back. Turn
+  /// it on where each rank's collectives follow each other on one stream or in a captured graph (the gpu suite's
+  /// graph-replay case runs with it on and off).
   void set_programmatic_launch(bool on) { pdl_ = on; }
   bool programmatic_launch() const { return pdl_; }
 
@@ -325,7 +330,7 @@ class communicator {
   int sharing_ = 1;  ///< ranks of this communicator on this GPU
   int sms_ = 0;
   std::uint64_t capacity_ = 0;  ///< CTAs of the built-in kernels resident on this GPU at once
-  bool pdl_ = true;             ///< programmatic dependent launch (set_programmatic_launch)
+  bool pdl_ = false;            ///< programmatic dependent launch (set_programmatic_launch)
   std::vector<int> devices_;
   protocol::rank_state* state_ = nullptr;
   protocol::rank_state* mirror_host_ = nullptr;

@@ -48,6 +48,21 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_packet(const vo
   return out;
 }
 
+/// load_packet as one `ld.global.v4` that the compiler keeps in program order with the other loads issued this
+/// way: a run of them is in flight together (one memory latency), however the uses are scheduled.
+template <reduction R>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_packet_issue(const void* p) {
+#if ROCENANTE_DEVICE_PASS
+  uint4 u;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p) : "memory");
+  value_packet<R> out;
+  *reinterpret_cast<uint4*>(&out) = u;
+  return out;
+#else
+  return load_packet<R>(p);
+#endif
+}
+
 template <reduction R>
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_packet(void* p, const value_packet<R>& v) {
 #if ROCENANTE_DEVICE_PASS
@@ -95,11 +110,22 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_user(const type
   const int n = valid_lanes<R>(packet, count);
 #if ROCENANTE_DEVICE_PASS
   if (n == lanes<R> && detail::aligned16(src)) return load_packet<R>(src);
-  value_packet<R> out;
-  unsigned char* o = reinterpret_cast<unsigned char*>(&out);
+  // Byte by byte into four words with constant indices: the packet stays in registers (a byte array written
+  // through a pointer would live in local memory, and every load of the caller's loop would then wait for it).
   const unsigned char* s = reinterpret_cast<const unsigned char*>(src);
   const int bytes = n * static_cast<int>(sizeof(typename R::value_type));
-  for (int i = 0; i < packet_bytes; ++i) o[i] = i < bytes ? s[i] : 0;
+  uint4 w;
+  unsigned int* wp[4] = {&w.x, &w.y, &w.z, &w.w};
+  ROCENANTE_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    unsigned int x = 0;
+    ROCENANTE_UNROLL
+    for (int b = 0; b < 4; ++b)
+      if (4 * k + b < bytes) x |= static_cast<unsigned int>(s[4 * k + b]) << (8 * b);
+    *wp[k] = x;
+  }
+  value_packet<R> out;
+  *reinterpret_cast<uint4*>(&out) = w;
   return out;
 #else
   value_packet<R> out;
@@ -117,9 +143,12 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_user(typename R::value_ty
 #if ROCENANTE_DEVICE_PASS
   if (n == lanes<R> && detail::aligned16(dst)) return store_packet<R>(dst, v);
   unsigned char* d = reinterpret_cast<unsigned char*>(dst);
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(&v);
+  const uint4 w = *reinterpret_cast<const uint4*>(&v);
+  const unsigned int ws[4] = {w.x, w.y, w.z, w.w};
   const int bytes = n * static_cast<int>(sizeof(typename R::value_type));
-  for (int i = 0; i < bytes; ++i) d[i] = s[i];
+  ROCENANTE_UNROLL  // constant indices: the packet stays in registers
+  for (int i = 0; i < packet_bytes; ++i)
+    if (i < bytes) d[i] = static_cast<unsigned char>(ws[i / 4] >> (8 * (i % 4)));
 #else
   std::memcpy(static_cast<void*>(dst), &v, static_cast<std::size_t>(n) * sizeof(typename R::value_type));
 #endif
