@@ -124,15 +124,20 @@ void bench_epilogue(benchmark::State& state, bool full) {
   const double copy = copy_rw_gbps(big);
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  const int threads = 256, grid = static_cast<int>(rows / (threads / 32));  // one warp per row
+  // residual + RMSNorm: one warp per row; plain: the lean kernel (no RMSNorm path), 4 CTAs of 256 per SM
+  const int threads = 256, grid = full ? static_cast<int>(rows / (threads / 32)) : sms * 4;
+  auto launch = [&] {
+    if (full) kernel::nvfp4_quantize_rows<bf16><<<grid, threads>>>(x, e);
+    else kernel::nvfp4_quantize_rows<bf16, false><<<grid, threads>>>(x, e);
+  };
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  kernel::nvfp4_quantize_rows<bf16><<<grid, threads>>>(x, e);  // warm-up
+  launch();  // warm-up
   if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("epilogue kernel failed");
   for (auto _ : state) {
     cudaEventRecord(e0);
-    for (int k = 0; k < 10; ++k) kernel::nvfp4_quantize_rows<bf16><<<grid, threads>>>(x, e);
+    for (int k = 0; k < 10; ++k) launch();
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms = 0;

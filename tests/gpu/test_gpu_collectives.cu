@@ -467,6 +467,11 @@ TEST_SUITE("gpu.protocol") {
       cudaMemcpyAsync(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost, s1.stream);  // i=199 ran on s1
       cudaStreamSynchronize(s1.stream);
       for (std::size_t i = 0; i < count; ++i) bad += g[i] != 10.0f;  // last call (i=199) used the full count
+      const auto health = comm.check_health();
+      if (!health.ok()) {
+        ++bad;
+        MESSAGE("rank " << b.rank() << ": " << health.message);
+      }
       cudaEventDestroy(ev);
     });
     CHECK(bad.load() == 0);

@@ -372,6 +372,17 @@ void epilogue_case(int n, const epi_shape& c, std::uint32_t seed) {
     CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
     CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": standalone kernel codes differ");
     CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": standalone kernel scales differ");
+    if (!c.norm) {  // the lean kernel (no RMSNorm path), as the benchmark's plain variant launches it
+      CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
+      CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
+      kernel::nvfp4_quantize_rows<bf16, false><<<528, 256>>>(din.as<bf16>(), e);
+      CUDA_REQUIRE(cudaGetLastError());
+      CUDA_REQUIRE(cudaDeviceSynchronize());
+      CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
+      CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
+      CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": lean kernel codes differ");
+      CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": lean kernel scales differ");
+    }
   }
 }
 

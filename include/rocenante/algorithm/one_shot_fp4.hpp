@@ -221,9 +221,11 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float rms_inverse(float sumsq, std::
 /// residual included) of block k of row m. Canonical order of the RMSNorm sum of squares (host = device bits):
 /// virtual lane l (0..31) sums h^2 over blocks k = l, l+32, ... in element order; the 32 partials are combined by
 /// the xor butterfly (offsets 16, 8, 4, 2, 1: p[l] = p[l] + p[l^o]). On a device team a warp owns a row.
-template <class T, class Team, class Source>
+/// `MayNorm` = false builds only the path without RMSNorm (a kernel with fewer registers, so more threads per SM);
+/// the caller must then pass an epilogue with rms_norm == false.
+template <class T, class Team, class Source, bool MayNorm = true>
 ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e, Source& src, std::uint64_t m0,
-                                         std::uint64_t m1, bool pad_rows) {
+                                         std::uint64_t m1, bool pad_rows, std::bool_constant<MayNorm> = {}) {
   const std::uint64_t kb = nv::scale_cols(e.cols);
   const bool swz = e.layout == nv::sf_layout::swizzled_128x4;
   const std::uint64_t kpad = swz ? (kb + 3) / 4 * 4 : kb;
@@ -285,7 +287,7 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
       for (std::uint64_t k = kb + lane; k < kpad; k += 32) e.out_scales[nv::sf_offset(e.layout, m, k, e.cols)] = 0;
   };
 #if ROCENANTE_DEVICE_PASS
-  if (!e.rms_norm) {
+  if (!MayNorm || !e.rms_norm) {
     // No row-wide statistic: every block of the part's rows is independent, so the team walks them flat (one
     // block per thread, two in flight), as the 1-D codec kernel does, instead of a warp per row.
     const std::uint64_t nblk = (m1 - m0) * kb, step = static_cast<std::uint64_t>(team.size());
@@ -297,7 +299,9 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
       kk += dk;
       if (kk >= kb) kk -= kb, ++mm;
     };
-    for (; i + step < nblk; i += 2 * step) {
+    // Two blocks in flight per thread where the kernel also carries the RMSNorm path (it has the registers
+    // anyway); one in the lean kernel, which instead fits more threads per SM.
+    for (; MayNorm && i + step < nblk; i += 2 * step) {
       std::uint64_t m1_ = m, k1_ = k;
       advance(m1_, k1_);
       float h0[16], h1[16];
@@ -308,15 +312,16 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
       m = m1_, k = k1_;
       advance(m, k);
     }
-    if (i < nblk) {
+    for (; i < nblk; i += step) {
       float h[16];
       src(m, k, h);
       finish_block(m, k, 1.0f, h);
+      advance(m, k);
     }
     if (e.out_data != nullptr && kpad > kb)  // scale columns kb..kpad of the swizzled layout are padding: 0
       for (std::uint64_t j = team.thread(); j < (m1 - m0) * (kpad - kb); j += step)
         e.out_scales[nv::sf_offset(e.layout, m0 + j / (kpad - kb), kb + j % (kpad - kb), e.cols)] = 0;
-  } else {
+  } else if constexpr (MayNorm) {
   const int lane = team.thread() & 31, warps = team.size() >> 5;
   for (std::uint64_t m = m0 + (team.thread() >> 5); m < m1; m += warps) {
     float rinv = 1.0f;
