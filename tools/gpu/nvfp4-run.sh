@@ -7,7 +7,7 @@ OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cud
 S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
 { date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"
   nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv; } 2>&1 | tee "$S"
-t0=$(date +%s); b=build-h200
+t0=$(date +%s); b=build-h200-nv; rm -rf $b
 meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
 ninja -C $b -j16 tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-nvfp4 >/tmp/build.log 2>&1 ||
   { grep -E "error|FAILED" -A3 /tmp/build.log | head -40 | tee -a "$S"; }
@@ -21,4 +21,4 @@ timeout 150 $b/benchmarks/gpu/rocenante-bench-nvfp4 --benchmark_out="$OUT/nvfp4-
   --benchmark_counters_tabular=true >"$OUT/bench-nvfp4.log" 2>&1
 say "rocenante-bench-nvfp4: rc=$? after $(( $(date +%s) - t )) s"; grep -E "quantize|codec|fp4|copy" "$OUT/bench-nvfp4.log" | tee -a "$S"
 say "total: $(( $(date +%s) - t0 )) s"
-cd "$OUT" && tar czf logs.tar.gz *.log *.json && rm -f bench-*.log gpu-*.log *.json
+cd "$OUT" && tar czf logs.tar.gz *.log *.json && rm -f bench-*.log gpu-*.log *.json; ls
