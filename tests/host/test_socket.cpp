@@ -113,7 +113,10 @@ TEST_SUITE("host.socket.failure") {
       for (int i = 0; i < 3; ++i) REQUIRE(comm->all_reduce(in.data(), out.data(), in.size()) == status::ok);
       if (r == 3) comm.reset();  // closes every connection of rank 3
       boot.barrier();            // rank 3's connections are closed before the others call again
-      if (r == 3) return;
+      if (r == 3) {
+        boot.barrier();  // the survivors' final barrier: none closes its own connections before all have looked
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the receivers see the close (poll: 50 ms)
       stopwatch t;
       st[r] = comm->all_reduce(in.data(), out.data(), in.size());
@@ -124,6 +127,7 @@ TEST_SUITE("host.socket.failure") {
       stopwatch w;
       while (!comm->transport().failed() && w.seconds() < 2.0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       failure[r] = comm->transport().failure_message();
+      boot.barrier();  // a survivor that tears down early would be a closed peer of the others' pending frames
     });
     for (int r = 0; r < n - 1; ++r) {
       CAPTURE(r);

@@ -484,6 +484,7 @@ class socket {
 
   /// The payload of `s.hdr` is in the window: publish its flag (release: payload before flag, see the header).
   void apply(rx_state& s, std::uint64_t* flags) {
+    sock::kernel_acquire();  // ThreadSanitizer only: the frame's sender ran its send before this (net.hpp)
     detail::store_release(flags + s.hdr.flag_index, s.hdr.flag_value);
     frames_rx_.fetch_add(1, std::memory_order_relaxed);
     bytes_rx_.fetch_add(s.hdr.bytes, std::memory_order_relaxed);
@@ -603,7 +604,16 @@ class socket {
     }
     const sock::frame h{sock::frame_magic, e.slot, e.offset, e.bytes, e.flag_index, e.flag_value};
     const std::uint64_t deadline = proxy_.stopping() ? deadline_ns_ : detail::now_ns() + deadline_budget();
-    const std::string why = send_frame(o.conn.get(), h, mem_.staging.get() + at, deadline);
+    const std::byte* payload = mem_.staging.get() + at;
+#ifdef ROCENANTE_TSAN
+    // ThreadSanitizer only (net.hpp): the read of staging must come before the release that the peer's receiver
+    // acquires, and the peer may receive the frame before sendmsg() returns here; so read it into a proxy-private
+    // copy first, release, then send the copy.
+    tsan_copy_.assign(payload, payload + e.bytes);
+    payload = tsan_copy_.data();
+    sock::kernel_release();
+#endif
+    const std::string why = send_frame(o.conn.get(), h, payload, deadline);
     if (!why.empty()) {
       fail_peer(peer, why);
       return;
@@ -646,6 +656,7 @@ class socket {
   std::uint64_t deadline_ns_ = ~std::uint64_t{0};
   std::atomic<std::uint64_t> frames_rx_{0}, bytes_rx_{0}, send_waits_{0};
   std::atomic<bool> rx_stop_{false};
+  std::vector<std::byte> tsan_copy_;  // ThreadSanitizer builds only (post_one)
   std::thread receiver_;
   proxy_thread proxy_;  // last member: stopped first
 };

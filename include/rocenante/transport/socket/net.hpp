@@ -26,7 +26,38 @@
 #include "../../core/env.hpp"
 #include "../../core/error.hpp"
 
+#if defined(__SANITIZE_THREAD__)
+#define ROCENANTE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ROCENANTE_TSAN 1
+#endif
+#endif
+#ifdef ROCENANTE_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace rocenante::transport::sock {
+
+/// ThreadSanitizer cannot see causality that travels through the kernel: a frame that one thread sends and another
+/// receives orders them, but TSan sees two unrelated threads. Under TSan only, every send releases (after reading
+/// its payload: socket.hpp's post_one sends a copy in TSan builds) and every completed receive acquires one
+/// process-wide token, so the chain the socket transport relies on (a rank reuses a staging slot only after
+/// peers' frames that causally follow its sends of that slot arrived; see transport/socket.hpp) is visible to it.
+/// An access that really runs ahead of the read it depends on still has no happens-before and is still reported.
+/// Nothing at all in other builds.
+inline char kernel_token = 0;  ///< the address the annotations use (never read or written)
+inline void kernel_release() {
+#ifdef ROCENANTE_TSAN
+  __tsan_release(&kernel_token);
+#endif
+}
+inline void kernel_acquire() {
+#ifdef ROCENANTE_TSAN
+  __tsan_acquire(&kernel_token);
+#endif
+}
 
 /// An owned file descriptor; closes on destruction.
 class fd {
