@@ -255,7 +255,8 @@ struct selection {
 /// What selected_communicator (and select_transport) can be told besides the environment.
 struct select_config {
   /// The environment's settings; unset: read with env::settings::read() on every rank at set-up. Their IB fields
-  /// steer the ibverbs probe only: the ibverbs transport itself reads ROCENANTE_IB_* from the environment.
+  /// steer the ibverbs probe only: the ibverbs transport itself reads ROCENANTE_IB_* from the environment; so does
+  /// socket_if (the socket probe) with ROCENANTE_SOCKET_IFNAME.
   std::optional<env::settings> settings;
   /// API equivalent of ROCENANTE_TRANSPORT / ROCENANTE_ALGO; when set, they win over the environment.
   std::optional<env::transport_choice> transport;
