@@ -84,6 +84,7 @@ TEST_SUITE("host.select.env") {
     CHECK(s.ib_gid_index == -1);
     CHECK_FALSE(s.timeout_ms.has_value());
     CHECK(s.debug == log_level::warn);
+    CHECK(s.socket_if.empty());
     options o;
     CHECK(s.apply(o).timeout_ns == o.timeout_ns);
   }
@@ -105,6 +106,7 @@ TEST_SUITE("host.select.env") {
     CHECK(s.apply(options{}).timeout_ns == 250'000'000ull);
     CHECK(settings_from({{"ROCENANTE_TRANSPORT", "nccl"}}).transport == env::transport_choice::nccl);
     CHECK(settings_from({{"ROCENANTE_TRANSPORT", "LOOPBACK"}}).transport == env::transport_choice::loopback);
+    CHECK(settings_from({{"ROCENANTE_TRANSPORT", "Socket"}}).transport == env::transport_choice::socket);
     CHECK(settings_from({{"ROCENANTE_ALGO", "one_shot"}}).algo == env::algo_choice::one_shot);
     CHECK(settings_from({{"ROCENANTE_DEBUG", "NONE"}}).debug == log_level::none);
     CHECK(settings_from({{"ROCENANTE_TRANSPORT", "  "}}).transport == env::transport_choice::automatic);
@@ -112,7 +114,7 @@ TEST_SUITE("host.select.env") {
 
   TEST_CASE("a bad value is an error naming the variable, the value and the accepted values") {
     CHECK(config_error_of({{"ROCENANTE_TRANSPORT", "tcp"}}) ==
-          "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, nccl, loopback");
+          "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, socket, nccl, loopback");
     CHECK(config_error_of({{"ROCENANTE_ALGO", "tree"}}) == "ROCENANTE_ALGO='tree' is not one of auto, one_shot, ring");
     CHECK(config_error_of({{"ROCENANTE_DEBUG", "TRACE"}}) == "ROCENANTE_DEBUG='TRACE' is not one of NONE, WARN, INFO");
     CHECK(config_error_of({{"ROCENANTE_IB_GID_INDEX", "3x"}}) ==
@@ -126,6 +128,43 @@ TEST_SUITE("host.select.env") {
     CHECK(config_error_of({{"ROCENANTE_IB_HCA", "mlx5_0:0"}}) == "ROCENANTE_IB_HCA port='0' is not an integer in [1, 255]");
     CHECK(config_error_of({{"ROCENANTE_IB_HCA", "a,b,c,d,e"}}) ==
           "ROCENANTE_IB_HCA names 5 devices; at most 4 are supported");
+  }
+
+  TEST_CASE("ROCENANTE_SOCKET_IFNAME parses as NCCL_SOCKET_IFNAME: prefixes, '=' exact, '^' exclude") {
+    const env::socket_ifname p = settings_from({{"ROCENANTE_SOCKET_IFNAME", " eth, ib0 ,,"}}).socket_if;
+    CHECK(p.names == std::vector<std::string>{"eth", "ib0"});
+    CHECK_FALSE(p.exclude);
+    CHECK_FALSE(p.exact);
+    CHECK(p.matches("eth0"));
+    CHECK(p.matches("ib0"));
+    CHECK_FALSE(p.matches("ib1"));
+    CHECK_FALSE(p.matches("lo"));
+    const env::socket_ifname x = env::parse_socket_ifname("^=docker0,lo");
+    CHECK(x.exclude);
+    CHECK(x.exact);
+    CHECK(x.matches("docker1"));
+    CHECK_FALSE(x.matches("docker0"));
+    CHECK_FALSE(x.matches("lo"));
+    CHECK(x.text() == "^=docker0,lo");
+    const env::socket_ifname e = env::parse_socket_ifname("=eth0");
+    CHECK(e.matches("eth0"));
+    CHECK_FALSE(e.matches("eth01"));
+    CHECK(env::socket_ifname_from_env([](const char*) -> const char* { return "  "; }).empty());
+  }
+
+  TEST_CASE("a bad ROCENANTE_SOCKET_IFNAME is an error naming the variable and the grammar") {
+    const std::string tail =
+        " (accepted: interface name prefixes, comma separated, e.g. eth,ib; '=' first for exact names; '^' first to "
+        "exclude)";
+    CHECK(config_error_of({{"ROCENANTE_SOCKET_IFNAME", "^"}}) == "ROCENANTE_SOCKET_IFNAME='^' names no interface" + tail);
+    CHECK(config_error_of({{"ROCENANTE_SOCKET_IFNAME", "=,"}}) == "ROCENANTE_SOCKET_IFNAME='=,' names no interface" + tail);
+    CHECK(config_error_of({{"ROCENANTE_SOCKET_IFNAME", "eth0:1"}}) ==
+          "ROCENANTE_SOCKET_IFNAME='eth0:1' has the character ':' inside an interface name" + tail);
+    CHECK(config_error_of({{"ROCENANTE_SOCKET_IFNAME", "eth0,^lo"}}) ==
+          "ROCENANTE_SOCKET_IFNAME='eth0,^lo' has the character '^' inside an interface name" + tail);
+    CHECK(config_error_of({{"ROCENANTE_SOCKET_IFNAME", "a-very-long-interface"}}) ==
+          "ROCENANTE_SOCKET_IFNAME='a-very-long-interface' names an interface longer than 15 characters "
+          "('a-very-long-interface')" + tail);
   }
 
 #if ROCENANTE_HAS_IBVERBS
@@ -444,6 +483,7 @@ TEST_SUITE("host.select.vote") {
       what = e.what();
     }
     CHECK(what.find("nccl unusable: rank 0: nccl runs with the GPU executor only") != std::string::npos);
+    CHECK(what.find("the host executor has ibverbs, socket and loopback") != std::string::npos);
   }
 
   TEST_CASE("loopback across processes is refused by the vote (process tokens differ)") {

@@ -24,7 +24,11 @@
 //                                              connectivity, self-test; ROCENANTE_TRANSPORT / ROCENANTE_DEBUG from
 //                                              the environment), prints the selection summary on every rank
 //                                              ("SELECT rank r: ..."), then one all-reduce (ALGO: auto, the
-//                                              default, ring or one_shot) checked against the exact sum
+//                                              default, ring or one_shot) checked against the exact sum, then
+//                                              collectives after start-up on the chosen transport: fp32 and bf16
+//                                              all-reduce (auto, ring, and one_shot when connectivity allows it)
+//                                              and all-gather, counts 1, 7, 4099 and capacity, exact and
+//                                              byte-identical on every rank
 //
 // Command line as used by the VM scripts, e.g.:
 //   mpirun --allow-run-as-root --oversubscribe -np 2 tests/softroce/rank-env.sh build/tests/softroce/mpi_collectives correctness
@@ -554,6 +558,53 @@ int mode_latency(int iterations, const std::vector<std::size_t>& sizes) {
 
 // ---- select ------------------------------------------------------------------------------------------------
 
+/// Collectives after start-up on whatever transport the ranks chose: small integers (exact in fp32 and bf16 in
+/// any order), every rank checks the exact sum / the concatenation and that its bytes equal every other rank's.
+/// Returns how many collectives ran.
+template <class T>
+int select_after_start_typed(host::selected_communicator& comm) {
+  const int n = g_size, r = g_rank;
+  const std::size_t cap = test_options().capacity_bytes / sizeof(T);
+  const bool any_to_any = comm.selected().connectivity.any_to_any();
+  int done = 0;
+  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{4099}, cap}) {
+    std::vector<T> in(count), out(count * n);
+    for (std::size_t i = 0; i < count; ++i) in[i] = small_int<T>(count, r, i);
+    for (int which = 0; which < 4; ++which) {
+      if ((which == 2 || which == 3) && !any_to_any) continue;  // one_shot and all-gather need every pair
+      const char* what = which == 0 ? "auto all-reduce" : which == 1 ? "ring all-reduce" : which == 2 ? "one_shot all-reduce" : "all-gather";
+      poison(out);
+      status s = status::internal;
+      if (which == 0) s = comm.all_reduce(in.data(), out.data(), count);
+      else if (which == 1) s = comm.all_reduce(in.data(), out.data(), count, algorithm::ring{});
+      else if (which == 2) s = comm.all_reduce(in.data(), out.data(), count, algorithm::one_shot{});
+      else s = comm.all_gather(in.data(), out.data(), count);
+      ++done;
+      const std::string tag = std::string(what) + " " + format<T>::name + " count " + std::to_string(count);
+      check(s == status::ok, tag + ": " + to_string(s) + " " + comm.last_error());
+      if (s != status::ok) return done;
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        if (which == 3) {
+          for (int q = 0; q < n; ++q)
+            if (!same_bits(out[q * count + i], small_int<T>(count, q, i))) ++wrong;
+        } else {
+          float ref = 0;
+          for (int q = 0; q < n; ++q) ref += to_float(small_int<T>(count, q, i));
+          if (to_float(out[i]) != ref) ++wrong;
+        }
+      }
+      check(wrong == 0, tag + ": " + std::to_string(wrong) + " element(s) wrong");
+      check(identical_everywhere(out.data(), (which == 3 ? count * n : count) * sizeof(T)), tag + ": ranks hold different bytes");
+    }
+  }
+  return done;
+}
+
+int select_after_start(host::selected_communicator& comm) {
+  return select_after_start_typed<float>(comm) + select_after_start_typed<__nv_bfloat16>(comm);
+}
+
 int mode_select(const std::string& algo) {
   bootstrap::mpi boot;
   host::selected_communicator comm(boot, test_options());
@@ -585,6 +636,11 @@ int mode_select(const std::string& algo) {
   if (wrong == 0)
     std::printf("PASS rank %d: %s all-reduce of %zu fp32 on transport %s exact\n", g_rank, algo.c_str(), count,
                 host::to_string(comm.transport()));
+  const int before = g_failures;
+  const int done = select_after_start(comm);
+  if (g_failures == before)
+    std::printf("PASS rank %d: %d collectives after start-up on transport %s exact and identical on every rank\n",
+                g_rank, done, host::to_string(comm.transport()));
   return finish("select");
 }
 

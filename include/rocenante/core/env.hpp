@@ -1,11 +1,15 @@
 // core/env.hpp — the environment variables an operator reaches for, read in one place, NCCL style
 // (docs/environment.md has the table):
 //
-//   ROCENANTE_TRANSPORT     auto | ibverbs | nccl | loopback        (default auto)
+//   ROCENANTE_TRANSPORT     auto | ibverbs | socket | nccl | loopback  (default auto)
 //   ROCENANTE_ALGO          auto | one_shot | ring                  (default auto)
 //   ROCENANTE_IB_HCA        RDMA devices, comma separated, each optionally ":port"  (read by the ibverbs
 //   ROCENANTE_IB_GID_INDEX  GID table index                          transport too: same grammar and ranges)
 //   ROCENANTE_TIMEOUT_MS    bound on every wait for a peer, in ms (overrides options::timeout_ns)
+//   ROCENANTE_SOCKET_IFNAME interfaces the socket transport may use, NCCL_SOCKET_IFNAME's grammar: a comma
+//                           separated list of name prefixes ("eth,ib"); "=" before the list: exact names;
+//                           "^" before it: every interface but these ("^docker,lo"). Read by the socket
+//                           transport too (transport/socket.hpp), with this parser.
 //   ROCENANTE_DEBUG         NONE | WARN | INFO                      (default WARN)
 //
 // Keywords are case-insensitive (as NCCL's). A bad value throws config_error naming the variable, the value and
@@ -32,7 +36,7 @@ namespace rocenante::env {
 
 /// ROCENANTE_TRANSPORT: which transport set-up should use. `automatic` prefers RDMA and falls back, together on
 /// every rank; any other value is forced (its failure is an error, never a fallback).
-enum class transport_choice : std::uint8_t { automatic = 0, ibverbs = 1, nccl = 2, loopback = 3 };
+enum class transport_choice : std::uint8_t { automatic = 0, ibverbs = 1, nccl = 2, loopback = 3, socket = 4 };
 /// ROCENANTE_ALGO: the algorithm of calls that do not name one. `automatic`: algorithm/auto.hpp's table.
 enum class algo_choice : std::uint8_t { automatic = 0, one_shot = 1, ring = 2 };
 
@@ -42,6 +46,7 @@ inline const char* to_string(transport_choice t) {
     case transport_choice::ibverbs: return "ibverbs";
     case transport_choice::nccl: return "nccl";
     case transport_choice::loopback: return "loopback";
+    case transport_choice::socket: return "socket";
   }
   return "?";
 }
@@ -118,6 +123,71 @@ inline std::vector<ib_device_name> parse_ib_hca(const std::string& all) {
   return out;
 }
 
+/// ROCENANTE_SOCKET_IFNAME, parsed: which network interfaces the socket transport may take its address from.
+/// Empty (`names` empty): the transport's default (transport/socket.hpp).
+struct socket_ifname {
+  bool exclude = false;  ///< "^...": every interface except the listed ones
+  bool exact = false;    ///< "=...": names, not prefixes
+  std::vector<std::string> names;
+  bool operator==(const socket_ifname&) const = default;
+
+  bool empty() const { return names.empty(); }
+  bool matches(const std::string& ifname) const {
+    bool listed = false;
+    for (const auto& n : names)
+      if (exact ? ifname == n : ifname.compare(0, n.size(), n) == 0) listed = true;
+    return exclude ? !listed : listed;
+  }
+  /// The value as it would be written: "^=eth0,eth1".
+  std::string text() const {
+    std::string s = std::string(exclude ? "^" : "") + (exact ? "=" : "");
+    for (std::size_t i = 0; i < names.size(); ++i) s += (i ? "," : "") + names[i];
+    return s;
+  }
+};
+
+/// Parses ROCENANTE_SOCKET_IFNAME ("eth,ib", "=eth0", "^docker,lo", "^=eth1"): optional '^', optional '=', then
+/// interface names (prefixes unless '='), comma separated, spaces ignored, empty items skipped. A name has at most
+/// 15 characters (IFNAMSIZ - 1) and no '/', ':' or whitespace; at least one name. Throws config_error naming the
+/// variable otherwise.
+inline socket_ifname parse_socket_ifname(const std::string& all) {
+  auto bad = [&](const std::string& why) {
+    return config_error("ROCENANTE_SOCKET_IFNAME='" + all + "' " + why +
+                        " (accepted: interface name prefixes, comma separated, e.g. eth,ib; '=' first for exact "
+                        "names; '^' first to exclude)");
+  };
+  socket_ifname r;
+  std::size_t i = 0;
+  while (i < all.size() && all[i] == ' ') ++i;
+  if (i < all.size() && all[i] == '^') r.exclude = true, ++i;
+  if (i < all.size() && all[i] == '=') r.exact = true, ++i;
+  std::string item;
+  for (; i <= all.size(); ++i) {
+    if (i == all.size() || all[i] == ',') {
+      if (!item.empty()) {
+        if (item.size() > 15) throw bad("names an interface longer than 15 characters ('" + item + "')");
+        r.names.push_back(item);
+      }
+      item.clear();
+    } else if (all[i] == ' ') {
+      continue;
+    } else if (all[i] == '/' || all[i] == ':' || all[i] == '\t' || all[i] == '^' || all[i] == '=') {
+      throw bad("has the character '" + std::string(1, all[i]) + "' inside an interface name");
+    } else {
+      item += all[i];
+    }
+  }
+  if (r.names.empty()) throw bad("names no interface");
+  return r;
+}
+
+/// ROCENANTE_SOCKET_IFNAME from the environment (getenv, or `get`); unset or empty: the default (empty).
+inline socket_ifname socket_ifname_from_env(const lookup& get = {}) {
+  const char* v = get ? get("ROCENANTE_SOCKET_IFNAME") : std::getenv("ROCENANTE_SOCKET_IFNAME");
+  if (v == nullptr || detail::trim(v).empty()) return {};
+  return parse_socket_ifname(detail::trim(v));
+}
+
 /// Every variable of this header, parsed and checked.
 struct settings {
   transport_choice transport = transport_choice::automatic;
@@ -126,6 +196,7 @@ struct settings {
   int ib_gid_index = -1;                   ///< -1: the first RoCE v2 IPv4 GID
   std::optional<std::uint64_t> timeout_ms; ///< unset: options::timeout_ns as the caller gave it
   log_level debug = log_level::warn;
+  socket_ifname socket_if;                 ///< ROCENANTE_SOCKET_IFNAME; empty: the socket transport's default
 
   /// Reads the variables through `get` (default: getenv). Throws config_error for a bad value.
   static settings read(const lookup& get = {}) {
@@ -143,7 +214,8 @@ struct settings {
       else if (k == "ibverbs") s.transport = transport_choice::ibverbs;
       else if (k == "nccl") s.transport = transport_choice::nccl;
       else if (k == "loopback") s.transport = transport_choice::loopback;
-      else throw config_error("ROCENANTE_TRANSPORT='" + *v + "' is not one of auto, ibverbs, nccl, loopback");
+      else if (k == "socket") s.transport = transport_choice::socket;
+      else throw config_error("ROCENANTE_TRANSPORT='" + *v + "' is not one of auto, ibverbs, socket, nccl, loopback");
     }
     if (auto v = fetch("ROCENANTE_ALGO")) {
       const std::string k = detail::lower(*v);
@@ -157,6 +229,7 @@ struct settings {
       s.ib_gid_index = static_cast<int>(detail::parse_int("ROCENANTE_IB_GID_INDEX", *v, 0, 65535));
     if (auto v = fetch("ROCENANTE_TIMEOUT_MS"))
       s.timeout_ms = static_cast<std::uint64_t>(detail::parse_int("ROCENANTE_TIMEOUT_MS", *v, 1, 3'600'000));
+    if (auto v = fetch("ROCENANTE_SOCKET_IFNAME")) s.socket_if = parse_socket_ifname(*v);
     if (auto v = fetch("ROCENANTE_DEBUG")) {
       const std::string k = detail::lower(*v);
       if (k == "none") s.debug = log_level::none;

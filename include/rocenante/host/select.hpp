@@ -4,13 +4,16 @@
 //   1. Every rank reads the environment (core/env.hpp) and probes each candidate transport locally:
 //        ibverbs   libibverbs loads, the devices (ROCENANTE_IB_HCA, else the first ACTIVE one) open, their port
 //                  is ACTIVE and they have a usable GID (the ibverbs code's own probe() and open_device())
+//        socket    an interface to listen on exists (ROCENANTE_SOCKET_IFNAME, else every address); host executor
 //        nccl      libnccl loads (transport/nccl/api.hpp); GPU executor only
 //        loopback  every rank runs in this process (decided after the exchange: process tokens compared)
 //   2. One bootstrap all_gather of a fixed-size card per rank: environment outcome, choices, process token, and a
 //      verdict {ok, reason code, short reason} per candidate.
 //   3. Every rank evaluates the same table the same way: the first candidate, in preference order, that is ok on
-//      every rank is chosen. `auto` prefers ibverbs and falls back *together*; a forced transport that fails on any
-//      rank is a transport_error on every rank, naming the ranks and their reasons.
+//      every rank is chosen. `auto` prefers ibverbs and falls back *together*: on the host executor to loopback
+//      when every rank runs in one process, else to socket (TCP, transport/socket.hpp); on the GPU executor to
+//      nccl. A forced transport that fails on any rank is a transport_error on every rank, naming the ranks and
+//      their reasons.
 //   4. selected_communicator then builds the chosen communicator, checks connectivity (pairs that fail; only ring
 //      neighbours => one_shot refused, ring allowed; not even neighbours => the transport is unusable) and runs a
 //      start-up test collective of every allowed algorithm against an exact reference (hence byte-identical across
@@ -53,6 +56,7 @@
 #include "../core/options.hpp"
 #include "../transport/loopback.hpp"
 #include "../transport/nccl/api.hpp"
+#include "../transport/socket.hpp"
 #include "communicator.hpp"
 
 #if !defined(ROCENANTE_NO_IBVERBS) && __has_include(<infiniband/verbs.h>)
@@ -64,8 +68,8 @@
 
 namespace rocenante::host {
 
-enum class transport_kind : std::uint8_t { none = 0, loopback = 1, ibverbs = 2, nccl = 3 };
-inline constexpr int transport_kinds = 4;
+enum class transport_kind : std::uint8_t { none = 0, loopback = 1, ibverbs = 2, nccl = 3, socket = 4 };
+inline constexpr int transport_kinds = 5;
 
 inline const char* to_string(transport_kind t) {
   switch (t) {
@@ -73,6 +77,7 @@ inline const char* to_string(transport_kind t) {
     case transport_kind::loopback: return "loopback";
     case transport_kind::ibverbs: return "ibverbs";
     case transport_kind::nccl: return "nccl";
+    case transport_kind::socket: return "socket";
   }
   return "?";
 }
@@ -83,9 +88,9 @@ enum class probe_code : std::uint16_t {
   not_built,          ///< this binary was built without the transport
   library_missing,    ///< libibverbs / libnccl cannot be loaded
   no_devices,         ///< no RDMA device (or the kernel has no RDMA support)
-  device_unusable,    ///< device not found, port not ACTIVE, no usable GID, bad configuration
+  device_unusable,    ///< device not found, port not ACTIVE, no usable GID, no interface, bad configuration
   other_process,      ///< loopback: not every rank runs in this process
-  wrong_executor,     ///< the transport does not exist for this executor (nccl on the host executor)
+  wrong_executor,     ///< the transport does not exist for this executor (nccl on the host, socket on the GPU)
   injected,           ///< set by a test hook (select_config::probe_hook)
   setup_failed,       ///< the transport's set-up threw on some rank
   unreachable,        ///< ring neighbours cannot reach each other
@@ -250,7 +255,8 @@ struct selection {
 /// What selected_communicator (and select_transport) can be told besides the environment.
 struct select_config {
   /// The environment's settings; unset: read with env::settings::read() on every rank at set-up. Their IB fields
-  /// steer the ibverbs probe only: the ibverbs transport itself reads ROCENANTE_IB_* from the environment.
+  /// steer the ibverbs probe only: the ibverbs transport itself reads ROCENANTE_IB_* from the environment; so does
+  /// socket_if (the socket probe) with ROCENANTE_SOCKET_IFNAME.
   std::optional<env::settings> settings;
   /// API equivalent of ROCENANTE_TRANSPORT / ROCENANTE_ALGO; when set, they win over the environment.
   std::optional<env::transport_choice> transport;
@@ -268,7 +274,7 @@ struct select_config {
 namespace select_detail {
 
 inline constexpr std::uint32_t card_magic = 0x52435345;  // "RCSE"
-inline constexpr std::uint32_t card_version = 1;
+inline constexpr std::uint32_t card_version = 2;  // 2: five transport kinds (socket)
 
 /// One rank's contribution to the vote.
 struct probe_card {
@@ -320,10 +326,25 @@ inline verdict probe_ibverbs(int rank, const env::settings& s) {
 #endif
 }
 
+/// The socket transport's local probe: the address it would listen on (ROCENANTE_SOCKET_IFNAME must match an UP
+/// IPv4 interface). Whether peers connect is found at set-up (reachable()).
+inline verdict probe_socket(int rank, const env::settings& s, bool gpu_executor) {
+  if (gpu_executor)
+    return verdict::make(transport_kind::socket, rank, probe_code::wrong_executor,
+                         "socket runs with the host executor only (transport/socket.hpp); the GPU executor has ibverbs "
+                         "and nccl");
+  try {
+    return verdict::make(transport_kind::socket, rank, probe_code::ok, transport::sock::choose_address(s.socket_if).text());
+  } catch (const error& e) {
+    return verdict::make(transport_kind::socket, rank, probe_code::device_unusable, e.what());
+  }
+}
+
 inline verdict probe_nccl(int rank, bool gpu_executor) {
   if (!gpu_executor)
     return verdict::make(transport_kind::nccl, rank, probe_code::wrong_executor,
-                         "nccl runs with the GPU executor only (transport/nccl.hpp); the host executor has ibverbs and loopback");
+                         "nccl runs with the GPU executor only (transport/nccl.hpp); the host executor has ibverbs, socket and "
+                         "loopback");
   const auto& l = transport::nccl_api::instance();
   if (!l.ok) return verdict::make(transport_kind::nccl, rank, probe_code::library_missing, l.why);
   return verdict::make(transport_kind::nccl, rank, probe_code::ok, "libnccl " + l.version_string());
@@ -334,15 +355,18 @@ inline verdict probe_nccl(int rank, bool gpu_executor) {
 /// Which executor the decision is for: the candidates differ (nccl exists only on the GPU).
 enum class executor : std::uint8_t { host, gpu };
 
-/// Candidates in preference order for a choice: auto -> ibverbs, then loopback (host) or nccl (GPU).
+/// Candidates in preference order for a choice: auto -> ibverbs, then on the host executor loopback and socket
+/// (vote_probes keeps the one that fits once the ranks' processes are known: loopback when every rank runs in one
+/// process, socket otherwise), on the GPU executor nccl.
 inline std::vector<transport_kind> candidates(env::transport_choice c, executor x) {
   switch (c) {
     case env::transport_choice::ibverbs: return {transport_kind::ibverbs};
     case env::transport_choice::nccl: return {transport_kind::nccl};
     case env::transport_choice::loopback: return {transport_kind::loopback};
+    case env::transport_choice::socket: return {transport_kind::socket};
     case env::transport_choice::automatic: break;
   }
-  return x == executor::host ? std::vector{transport_kind::ibverbs, transport_kind::loopback}
+  return x == executor::host ? std::vector{transport_kind::ibverbs, transport_kind::loopback, transport_kind::socket}
                              : std::vector{transport_kind::ibverbs, transport_kind::nccl};
 }
 
@@ -403,6 +427,7 @@ inline vote_table vote_probes(bootstrap::bootstrap_ref boot, const select_config
       verdict& v = mine.v[static_cast<int>(k)];
       if (k == transport_kind::ibverbs) v = select_detail::probe_ibverbs(me, t.settings);
       else if (k == transport_kind::nccl) v = select_detail::probe_nccl(me, x == executor::gpu);
+      else if (k == transport_kind::socket) v = select_detail::probe_socket(me, t.settings, x == executor::gpu);
       else if (k == transport_kind::loopback) v = verdict::make(k, me, probe_code::ok, "in-process windows");
       if (cfg.probe_hook) cfg.probe_hook(k, v);
       v.rank = me;
@@ -445,6 +470,14 @@ inline vote_table vote_probes(bootstrap::bootstrap_ref boot, const select_config
                                  "runs in another process (pid " + std::to_string(all[q].pid) +
                                      ") than rank 0 (pid " + std::to_string(all[0].pid) +
                                      "); loopback needs every rank in one process");
+  // auto on the host executor: the fallback after ibverbs is loopback when every rank runs in one process, socket
+  // otherwise (the same on every rank: the tokens are the exchanged ones).
+  if (t.requested == env::transport_choice::automatic && x == executor::host) {
+    bool one_process = true;
+    for (int q = 0; q < n; ++q) one_process = one_process && all[q].process_token == all[0].process_token;
+    const transport_kind drop = one_process ? transport_kind::socket : transport_kind::loopback;
+    t.order.erase(std::remove(t.order.begin(), t.order.end(), drop), t.order.end());
+  }
   return t;
 }
 
@@ -502,6 +535,7 @@ inline selection select_transport(bootstrap::bootstrap_ref boot, const select_co
 class selected_communicator {
  public:
   using loopback_comm = communicator<transport::loopback>;
+  using socket_comm = communicator<transport::socket>;
 #if ROCENANTE_HAS_IBVERBS
   using ibverbs_comm = communicator<transport::ibverbs>;
 #else
@@ -626,6 +660,7 @@ class selected_communicator {
 
   health check_health() const {
     if (const auto* c = std::get_if<std::unique_ptr<loopback_comm>>(&comm_)) return (*c)->check_health();
+    if (const auto* c = std::get_if<std::unique_ptr<socket_comm>>(&comm_)) return (*c)->check_health();
 #if ROCENANTE_HAS_IBVERBS
     if (const auto* c = std::get_if<std::unique_ptr<ibverbs_comm>>(&comm_)) return (*c)->check_health();
 #endif
@@ -646,6 +681,10 @@ class selected_communicator {
       comm_ = std::make_unique<loopback_comm>(b, o);
       return;
     }
+    if (k == transport_kind::socket) {
+      comm_ = std::make_unique<socket_comm>(b, o);
+      return;
+    }
 #if ROCENANTE_HAS_IBVERBS
     if (k == transport_kind::ibverbs) {
       comm_ = std::make_unique<ibverbs_comm>(b, o);
@@ -656,16 +695,19 @@ class selected_communicator {
   }
 
   /// The chosen transport's own per-pair probe: `bool reachable(int peer)` on the transport object (ibverbs: a
-  /// signalled zero-length RDMA WRITE per queue pair at set-up; this rank's view, gathered by
-  /// gather_connectivity). Empty: every pair counts as connected.
-  template <class IbComm = ibverbs_comm>
+  /// signalled zero-length RDMA WRITE per queue pair at set-up; socket: both connections of the pair established
+  /// at set-up; this rank's view, gathered by gather_connectivity). Empty: every pair counts as connected.
   std::function<bool(int)> transport_reachable(transport_kind k) {
+    if (k == transport_kind::socket) return reachable_of<socket_comm>();
 #if ROCENANTE_HAS_IBVERBS
-    if constexpr (requires(IbComm& c) { { c.transport().reachable(0) } -> std::convertible_to<bool>; })
-      if (k == transport_kind::ibverbs)
-        if (IbComm* c = get<IbComm>()) return [c](int q) { return static_cast<bool>(c->transport().reachable(q)); };
+    if (k == transport_kind::ibverbs) return reachable_of<ibverbs_comm>();
 #endif
-    (void)k;
+    return {};
+  }
+  template <class Comm>
+  std::function<bool(int)> reachable_of() {
+    if constexpr (requires(Comm& c) { { c.transport().reachable(0) } -> std::convertible_to<bool>; })
+      if (Comm* c = get<Comm>()) return [c](int q) { return static_cast<bool>(c->transport().reachable(q)); };
     return {};
   }
 
@@ -732,9 +774,10 @@ class selected_communicator {
   }
 
 #if ROCENANTE_HAS_IBVERBS
-  std::variant<std::monostate, std::unique_ptr<loopback_comm>, std::unique_ptr<ibverbs_comm>> comm_;
+  std::variant<std::monostate, std::unique_ptr<loopback_comm>, std::unique_ptr<socket_comm>, std::unique_ptr<ibverbs_comm>>
+      comm_;
 #else
-  std::variant<std::monostate, std::unique_ptr<loopback_comm>> comm_;
+  std::variant<std::monostate, std::unique_ptr<loopback_comm>, std::unique_ptr<socket_comm>> comm_;
 #endif
   selection sel_;
   int rank_ = 0, size_ = 1;

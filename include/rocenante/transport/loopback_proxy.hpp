@@ -8,13 +8,12 @@
 // the DGX Spark path — and producer cursors in device memory).
 #pragma once
 
-#include <atomic>
-#include <chrono>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
@@ -27,29 +26,6 @@
 
 namespace rocenante::transport {
 
-/// Plain host memory (host executor).
-struct host_mapping {
-  static constexpr const char* where = "host";
-  static std::shared_ptr<std::byte> shared(std::uint64_t bytes) {
-    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}, std::nothrow));
-    if (!p) throw transport_error("loopback_proxy: could not allocate " + std::to_string(bytes) + " bytes");
-    std::memset(p, 0, bytes);
-    return std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, std::align_val_t{4096}); });
-  }
-  /// Memory only the producer touches (cursors).
-  static std::shared_ptr<std::byte> producer_private(std::uint64_t bytes) { return shared(bytes); }
-  static void fill(std::byte* p, int value, std::uint64_t bytes) { std::memset(p, value, bytes); }
-};
-
-/// What the proxy measured, for the breakdown of where proxy-mode time goes.
-struct proxy_stats {
-  std::uint64_t posts = 0;         ///< descriptors posted
-  std::uint64_t bytes = 0;         ///< payload bytes moved
-  std::uint64_t busy_ns = 0;       ///< time spent inside post_one (copy + flag)
-  std::uint64_t drains = 0;        ///< polls that found work
-  std::uint64_t idle_polls = 0;    ///< polls that found nothing
-};
-
 template <class Mapping>
 class basic_loopback_proxy {
  public:
@@ -61,19 +37,13 @@ class basic_loopback_proxy {
   /// Collective: every rank calls. Starts this rank's proxy thread.
   basic_loopback_proxy(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts,
                        idle_policy idle = {})
-      : layout_(layout), idle_(idle) {
+      : layout_(layout), ranks_checked_(check_ranks(boot.size())), mem_(layout) {
     const int n = boot.size();
-    if (n > max_ranks) throw transport_error("loopback_proxy: too many ranks");
-    window_ = Mapping::shared(layout.total_bytes());
-    Mapping::fill(window_.get(), 0xff, layout.flags_bytes());
-    staging_ = Mapping::shared(layout.total_bytes());
-    queue_mem_ = Mapping::shared(sizeof(post_queue) * layout.max_parts);
-    cursor_mem_ = Mapping::producer_private(sizeof(post_cursor) * layout.max_parts);
     struct card {
       long pid;
       std::shared_ptr<std::byte>* window;
     };
-    const card mine{static_cast<long>(::getpid()), &window_};
+    const card mine{static_cast<long>(::getpid()), &mem_.window};
     std::vector<card> all(static_cast<std::size_t>(n));
     boot.all_gather(&mine, all.data(), sizeof(card));
     peers_.resize(static_cast<std::size_t>(n));
@@ -83,15 +53,8 @@ class basic_loopback_proxy {
       peers_[q] = *all[q].window;
     }
     boot.barrier();
-    handle_ = proxy_handle{boot.rank(),
-                           n,
-                           layout,
-                           window_.get(),
-                           staging_.get(),
-                           reinterpret_cast<post_queue*>(queue_mem_.get()),
-                           reinterpret_cast<post_cursor*>(cursor_mem_.get()),
-                           opts.timeout_ns};
-    thread_ = std::thread([this] { run(); });
+    handle_ = mem_.handle(boot.rank(), n, layout, opts.timeout_ns);
+    proxy_.start(this, mem_.queue_array(), layout_.max_parts, idle);
   }
 
   basic_loopback_proxy(const basic_loopback_proxy&) = delete;
@@ -100,75 +63,41 @@ class basic_loopback_proxy {
   /// Posts what this rank has already published (its peers may still be waiting for it), then stops and joins
   /// the proxy thread. Returns promptly even when peers are dead: the producer has stopped, so the final drain
   /// is finite.
-  ~basic_loopback_proxy() {
-    stop_.store(true, std::memory_order_release);
-    if (thread_.joinable()) thread_.join();
-  }
+  ~basic_loopback_proxy() { proxy_.stop(); }
 
   handle_type handle() const { return handle_; }
 
   /// Test hooks: a paused proxy posts nothing (a proxy thread descheduled or stopped with SIGSTOP).
-  void pause() { paused_.store(true, std::memory_order_release); }
-  void resume() { paused_.store(false, std::memory_order_release); }
+  void pause() { proxy_.pause(); }
+  void resume() { proxy_.resume(); }
 
-  proxy_stats stats() const {
-    proxy_stats s;
-    s.posts = posts_.load(std::memory_order_relaxed);
-    s.bytes = bytes_.load(std::memory_order_relaxed);
-    s.busy_ns = busy_ns_.load(std::memory_order_relaxed);
-    s.drains = drains_.load(std::memory_order_relaxed);
-    s.idle_polls = idle_polls_.load(std::memory_order_relaxed);
-    return s;
-  }
+  proxy_stats stats() const { return proxy_.stats(); }
 
  private:
+  friend class proxy_thread;
+
+  /// The proxy thread's step (called by proxy_thread): copy the range from staging to the same offset of the
+  /// peer's window, then release-store the peer's flag.
   void post_one(const post& e) {
     std::byte* dst = peers_[e.peer].get();
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
-    if (e.bytes) std::memcpy(dst + at, staging_.get() + at, e.bytes);
+    if (e.bytes) std::memcpy(dst + at, mem_.staging.get() + at, e.bytes);
     detail::store_release(reinterpret_cast<std::uint64_t*>(dst) + e.flag_index, e.flag_value);
-    bytes_.fetch_add(e.bytes, std::memory_order_relaxed);
+    proxy_.count_bytes(e.bytes);
   }
 
-  void run() {
-    std::vector<std::uint64_t> tails(layout_.max_parts, 0);
-    std::uint64_t empty = 0;
-    auto* queues = reinterpret_cast<post_queue*>(queue_mem_.get());
-    for (;;) {
-      if (stop_.load(std::memory_order_acquire)) {
-        drain_queues(queues, layout_.max_parts, tails.data(), [&](const post& e) { post_one(e); });
-        return;
-      }
-      if (paused_.load(std::memory_order_acquire)) {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-        continue;
-      }
-      const std::uint64_t t0 = detail::now_ns();
-      const std::uint64_t n = drain_queues(queues, layout_.max_parts, tails.data(), [&](const post& e) { post_one(e); });
-      if (n) {
-        busy_ns_.fetch_add(detail::now_ns() - t0, std::memory_order_relaxed);
-        posts_.fetch_add(n, std::memory_order_relaxed);
-        drains_.fetch_add(1, std::memory_order_relaxed);
-        empty = 0;
-        continue;
-      }
-      idle_polls_.fetch_add(1, std::memory_order_relaxed);
-      if (++empty < idle_.spin_polls || idle_.kind == idle_policy::spin) continue;
-      if (idle_.kind == idle_policy::yield)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(idle_.sleep_us));
-    }
+  /// Runs before any allocation (member initialiser order).
+  static int check_ranks(int n) {
+    if (n > max_ranks) throw transport_error("loopback_proxy: too many ranks");
+    return n;
   }
 
   protocol::window_layout layout_;
-  idle_policy idle_;
-  std::shared_ptr<std::byte> window_, staging_, queue_mem_, cursor_mem_;
+  int ranks_checked_;
+  proxy_memory<Mapping> mem_;
   std::vector<std::shared_ptr<std::byte>> peers_;
   proxy_handle handle_{};
-  std::thread thread_;
-  std::atomic<bool> stop_{false}, paused_{false};
-  std::atomic<std::uint64_t> posts_{0}, bytes_{0}, busy_ns_{0}, drains_{0}, idle_polls_{0};
+  proxy_thread proxy_;  // last: stopped first (the destructor stops it explicitly anyway)
 };
 
 /// Proxy mode on the host executor: host memory, one proxy thread per rank.

@@ -12,14 +12,30 @@
 // of every byte the descriptor names.
 // Flow control: the producer waits (bounded by the wait policy's timeout) while the queue is full; the proxy
 // publishes how many tickets it has consumed.
+//
+// The host side shared by every proxy-mode transport (loopback_proxy, ibverbs, socket) is here too, once:
+// host_mapping and proxy_memory (window, staging, queues, cursors), and proxy_thread (the drain loop with its
+// idle policy, pause/resume test hooks, statistics and the stop-then-final-drain teardown). A transport supplies
+// only `post_one(const post&)` — how one descriptor reaches the peer — and optionally a per-poll `progress()`
+// and the teardown hooks `before_final_drain()` / `after_final_drain()` (ibverbs: completions). The host parts
+// are ordinary host code (std::thread); device code uses only proxy_handle.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "../config.hpp"
 #include "../core/atomic.hpp"
 #include "../core/clock.hpp"
+#include "../core/error.hpp"
 #include "../protocol/layout.hpp"
 
 namespace rocenante::transport {
@@ -140,5 +156,133 @@ std::uint64_t drain_queues(post_queue* queues, std::uint32_t parts, std::uint64_
   }
   return done;
 }
+
+/// Plain host memory (host executor).
+struct host_mapping {
+  static constexpr const char* where = "host";
+  static std::shared_ptr<std::byte> shared(std::uint64_t bytes) {
+    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}, std::nothrow));
+    if (!p) throw transport_error("proxy transport: could not allocate " + std::to_string(bytes) + " bytes of host memory");
+    std::memset(p, 0, bytes);
+    return std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, std::align_val_t{4096}); });
+  }
+  /// Memory only the producer touches (cursors).
+  static std::shared_ptr<std::byte> producer_private(std::uint64_t bytes) { return shared(bytes); }
+  static void fill(std::byte* p, int value, std::uint64_t bytes) { std::memset(p, value, bytes); }
+};
+
+/// The memory of one rank of a proxy-mode transport, in the places `Mapping` puts it: the window (flags set to
+/// flag_unset, payload zeroed), a staging area laid out like the window, one post queue and one producer cursor
+/// per part.
+template <class Mapping>
+struct proxy_memory {
+  std::shared_ptr<std::byte> window, staging, queues, cursors;
+
+  explicit proxy_memory(const protocol::window_layout& layout) {
+    window = Mapping::shared(layout.total_bytes());
+    Mapping::fill(window.get(), 0xff, layout.flags_bytes());
+    staging = Mapping::shared(layout.total_bytes());
+    queues = Mapping::shared(sizeof(post_queue) * layout.max_parts);
+    cursors = Mapping::producer_private(sizeof(post_cursor) * layout.max_parts);
+  }
+  post_queue* queue_array() const { return reinterpret_cast<post_queue*>(queues.get()); }
+  proxy_handle handle(int rank, int ranks, const protocol::window_layout& layout, std::uint64_t timeout_ns) const {
+    return proxy_handle{rank,           ranks,        layout, window.get(), staging.get(), queue_array(),
+                        reinterpret_cast<post_cursor*>(cursors.get()), timeout_ns};
+  }
+};
+
+/// What the proxy measured, for the breakdown of where proxy-mode time goes.
+struct proxy_stats {
+  std::uint64_t posts = 0;         ///< descriptors posted
+  std::uint64_t bytes = 0;         ///< payload bytes moved
+  std::uint64_t busy_ns = 0;       ///< time spent inside post_one (copy + flag)
+  std::uint64_t drains = 0;        ///< polls that found work
+  std::uint64_t idle_polls = 0;    ///< polls that found nothing
+};
+
+/// The proxy thread of one rank. `start(owner, ...)` runs, until `stop()`:
+///   owner->progress()                      (optional) once per poll, before the queues are read
+///   drain_queues(..., owner->post_one)     every published descriptor, in ticket order (HAZARDS #1)
+///   the idle policy when a poll found nothing (HAZARDS #20); a paused proxy posts nothing
+/// and at stop: owner->before_final_drain() (optional), one last drain of what the producer already published
+/// (peers may be waiting for it), owner->after_final_drain() (optional); then the thread returns. The producer
+/// has stopped by then, so the final drain is finite; the hooks must bound their own waits.
+/// The owner calls stop() in its destructor, before any member post_one uses is destroyed.
+class proxy_thread {
+ public:
+  proxy_thread() = default;
+  proxy_thread(const proxy_thread&) = delete;
+  proxy_thread& operator=(const proxy_thread&) = delete;
+  ~proxy_thread() { stop(); }
+
+  template <class Owner>
+  void start(Owner* owner, post_queue* queues, std::uint32_t parts, idle_policy idle) {
+    thread_ = std::thread([this, owner, queues, parts, idle] { run(owner, queues, parts, idle); });
+  }
+  /// Stops and joins the thread (after its final drain). Idempotent.
+  void stop() {
+    stop_.store(true, std::memory_order_release);
+    if (thread_.joinable()) thread_.join();
+  }
+  bool stopping() const { return stop_.load(std::memory_order_acquire); }
+
+  /// Test hooks: a paused proxy posts nothing (a proxy thread descheduled or stopped with SIGSTOP).
+  void pause() { paused_.store(true, std::memory_order_release); }
+  void resume() { paused_.store(false, std::memory_order_release); }
+
+  /// Payload bytes moved; post_one reports them.
+  void count_bytes(std::uint64_t b) { bytes_.fetch_add(b, std::memory_order_relaxed); }
+
+  proxy_stats stats() const {
+    proxy_stats s;
+    s.posts = posts_.load(std::memory_order_relaxed);
+    s.bytes = bytes_.load(std::memory_order_relaxed);
+    s.busy_ns = busy_ns_.load(std::memory_order_relaxed);
+    s.drains = drains_.load(std::memory_order_relaxed);
+    s.idle_polls = idle_polls_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  template <class Owner>
+  void run(Owner* owner, post_queue* queues, std::uint32_t parts, idle_policy idle) {
+    std::vector<std::uint64_t> tails(parts, 0);
+    std::uint64_t empty = 0;
+    auto fn = [owner](const post& e) { owner->post_one(e); };
+    for (;;) {
+      if constexpr (requires { owner->progress(); }) owner->progress();
+      if (stop_.load(std::memory_order_acquire)) {
+        if constexpr (requires { owner->before_final_drain(); }) owner->before_final_drain();
+        drain_queues(queues, parts, tails.data(), fn);
+        if constexpr (requires { owner->after_final_drain(); }) owner->after_final_drain();
+        return;
+      }
+      if (paused_.load(std::memory_order_acquire)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
+      }
+      const std::uint64_t t0 = detail::now_ns();
+      const std::uint64_t got = drain_queues(queues, parts, tails.data(), fn);
+      if (got) {
+        busy_ns_.fetch_add(detail::now_ns() - t0, std::memory_order_relaxed);
+        posts_.fetch_add(got, std::memory_order_relaxed);
+        drains_.fetch_add(1, std::memory_order_relaxed);
+        empty = 0;
+        continue;
+      }
+      idle_polls_.fetch_add(1, std::memory_order_relaxed);
+      if (++empty < idle.spin_polls || idle.kind == idle_policy::spin) continue;
+      if (idle.kind == idle_policy::yield)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(idle.sleep_us));
+    }
+  }
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, paused_{false};
+  std::atomic<std::uint64_t> posts_{0}, bytes_{0}, busy_ns_{0}, drains_{0}, idle_polls_{0};
+};
 
 }  // namespace rocenante::transport

@@ -67,7 +67,6 @@
 #include "../../protocol/layout.hpp"
 #include "../../protocol/state.hpp"
 #include "../concepts.hpp"
-#include "../loopback_proxy.hpp"
 #include "../proxy.hpp"
 #include "device.hpp"
 #include "verbs_api.hpp"
@@ -186,18 +185,10 @@ class basic_ibverbs {
   /// connected or does not answer the probe is not such a failure: it is marked unreachable (see probe_pairs).
   basic_ibverbs(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts,
                 ib::ib_config cfg)
-      : layout_(layout), cfg_(std::move(cfg)), timeout_ns_(opts.timeout_ns) {
-    const int n = boot.size();
-    me_ = boot.rank();
-    n_ = n;
-    if (n > max_ranks)
-      throw config_error("ibverbs: " + std::to_string(n) + " ranks exceed max_ranks (" + std::to_string(max_ranks) + ")");
+      : layout_(layout), cfg_(std::move(cfg)), timeout_ns_(opts.timeout_ns), me_(boot.rank()),
+        n_(check_ranks(boot.size())), mem_(layout) {
+    const int n = n_;
     const std::uint64_t bytes = layout.total_bytes();
-    window_ = Mapping::shared(bytes);
-    Mapping::fill(window_.get(), 0xff, layout.flags_bytes());
-    staging_ = Mapping::shared(bytes);
-    queue_mem_ = Mapping::shared(sizeof(post_queue) * layout.max_parts);
-    cursor_mem_ = Mapping::producer_private(sizeof(post_cursor) * layout.max_parts);
 
     // 1. Local set-up; its outcome travels with the card, so that every rank fails together.
     ib::card mine{};
@@ -241,15 +232,8 @@ class basic_ibverbs {
     conns_.assign(res_.dev.size() * static_cast<std::size_t>(n), conn{});
     // 3. Per-pair probe (before the proxy starts): one signalled zero-length RDMA WRITE per queue pair.
     probe_pairs();
-    handle_ = proxy_handle{me_,
-                           n,
-                           layout,
-                           window_.get(),
-                           staging_.get(),
-                           reinterpret_cast<post_queue*>(queue_mem_.get()),
-                           reinterpret_cast<post_cursor*>(cursor_mem_.get()),
-                           opts.timeout_ns};
-    thread_ = std::thread([this] { run(); });
+    handle_ = mem_.handle(me_, n, layout, opts.timeout_ns);
+    proxy_.start(this, mem_.queue_array(), layout_.max_parts, cfg_.idle);
   }
 
   basic_ibverbs(const basic_ibverbs&) = delete;
@@ -257,16 +241,13 @@ class basic_ibverbs {
 
   /// Posts what this rank already published (peers may wait for it), waits for those writes to complete for at
   /// most min(timeout, 1 s), stops the proxy and releases every verbs object. Returns promptly with dead peers.
-  ~basic_ibverbs() {
-    stop_.store(true, std::memory_order_release);
-    if (thread_.joinable()) thread_.join();
-  }
+  ~basic_ibverbs() { proxy_.stop(); }
 
   handle_type handle() const { return handle_; }
 
   /// Test hooks: a paused proxy posts nothing (a descheduled proxy; HAZARDS #1).
-  void pause() { paused_.store(true, std::memory_order_release); }
-  void resume() { paused_.store(false, std::memory_order_release); }
+  void pause() { proxy_.pause(); }
+  void resume() { proxy_.resume(); }
 
   /// True once a completion error (or a failed post) was seen; failure_message() names the peer and device.
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -306,11 +287,7 @@ class basic_ibverbs {
 
   ibverbs_stats stats() const {
     ibverbs_stats s;
-    s.posts = posts_.load(std::memory_order_relaxed);
-    s.bytes = bytes_.load(std::memory_order_relaxed);
-    s.busy_ns = busy_ns_.load(std::memory_order_relaxed);
-    s.drains = drains_.load(std::memory_order_relaxed);
-    s.idle_polls = idle_polls_.load(std::memory_order_relaxed);
+    static_cast<proxy_stats&>(s) = proxy_.stats();
     s.completions = completions_.load(std::memory_order_relaxed);
     s.completion_errors = completion_errors_.load(std::memory_order_relaxed);
     s.credit_waits = credit_waits_.load(std::memory_order_relaxed);
@@ -319,6 +296,14 @@ class basic_ibverbs {
   }
 
  private:
+  friend class proxy_thread;
+
+  static int check_ranks(int n) {
+    if (n > max_ranks)
+      throw config_error("ibverbs: " + std::to_string(n) + " ranks exceed max_ranks (" + std::to_string(max_ranks) + ")");
+    return n;
+  }
+
   /// Proxy-private state of one queue pair.
   struct conn {
     std::uint64_t posted = 0;     ///< work requests posted
@@ -425,11 +410,11 @@ class basic_ibverbs {
       r.cq = api.create_cq(r.info.ctx, cqe, nullptr, nullptr, 0);
       if (!r.cq) throw transport_error(where + "ibv_create_cq(" + std::to_string(cqe) + ") failed (" + std::strerror(errno) + ")");
       // Receive slots: remote write only, never remote read (and no relaxed ordering: HAZARDS #4).
-      r.window_mr = api.reg_mr(r.pd, window_.get(), bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      r.window_mr = api.reg_mr(r.pd, mem_.window.get(), bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
       if (!r.window_mr)
         throw transport_error(where + "registering the " + std::to_string(bytes) + "-byte window failed (" +
                               std::strerror(errno) + "); raise the locked-memory limit (ulimit -l) or lower capacity_bytes");
-      r.staging_mr = api.reg_mr(r.pd, staging_.get(), bytes, 0);
+      r.staging_mr = api.reg_mr(r.pd, mem_.staging.get(), bytes, 0);
       if (!r.staging_mr)
         throw transport_error(where + "registering the staging area failed (" + std::strerror(errno) + "); raise ulimit -l");
       r.flag_src.reset(new std::uint64_t[depth * static_cast<std::size_t>(n_)]());
@@ -440,7 +425,7 @@ class basic_ibverbs {
       ib::copy_text(c.name, sizeof c.name, r.info.name);
       std::memcpy(c.gid, r.info.gid.raw, 16);
       c.mtu = static_cast<std::uint32_t>(r.info.active_mtu);
-      c.window_addr = reinterpret_cast<std::uint64_t>(window_.get());
+      c.window_addr = reinterpret_cast<std::uint64_t>(mem_.window.get());
       c.window_rkey = r.window_mr->rkey;
       for (int q = 0; q < n_; ++q) {
         if (q == me_) continue;
@@ -569,7 +554,7 @@ class basic_ibverbs {
     if (aborted_any_ && s == aborted_seq_) return;
     aborted_any_ = true;
     aborted_seq_ = s;
-    auto* flags = reinterpret_cast<std::uint64_t*>(window_.get());
+    auto* flags = reinterpret_cast<std::uint64_t*>(mem_.window.get());
     for (std::uint32_t k = 0; k < 2; ++k) {
       const std::uint32_t seq = s + k;
       const std::uint64_t value = protocol::make_flag(
@@ -628,7 +613,7 @@ class basic_ibverbs {
         poll_completions(d);
         if (c.failed) return;
         // Stop is honoured while waiting for credits: at teardown, give up at the drain deadline.
-        if (stop_.load(std::memory_order_acquire) && detail::now_ns() >= deadline_ns_) return;
+        if (proxy_.stopping() && detail::now_ns() >= deadline_ns_) return;
         if (++polls > 64) std::this_thread::yield();
       }
     }
@@ -652,7 +637,7 @@ class basic_ibverbs {
       ++k;
     };
     if (e.bytes)
-      add(reinterpret_cast<std::uint64_t>(staging_.get() + at), static_cast<std::uint32_t>(e.bytes), r.staging_mr->lkey,
+      add(reinterpret_cast<std::uint64_t>(mem_.staging.get() + at), static_cast<std::uint32_t>(e.bytes), r.staging_mr->lkey,
           remote.addr + at);
     // The flag word as two 4-byte writes, signature (high half) first, then sequence (low half): see the file
     // header (a responder may copy the 8 bytes one at a time; seq-before-signature reads as a false mismatch).
@@ -670,7 +655,7 @@ class basic_ibverbs {
       return;
     }
     c.posted += need;
-    bytes_.fetch_add(e.bytes, std::memory_order_relaxed);
+    proxy_.count_bytes(e.bytes);
     device_posts_[d].fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -680,42 +665,17 @@ class basic_ibverbs {
     return true;
   }
 
-  void run() {
-    std::vector<std::uint64_t> tails(layout_.max_parts, 0);
-    std::uint64_t empty = 0;
-    auto* queues = reinterpret_cast<post_queue*>(queue_mem_.get());
-    auto fn = [&](const post& e) { post_one(e); };
-    for (;;) {
+  // Hooks of the shared proxy loop (transport/proxy.hpp, proxy_thread): completions are polled once per poll;
+  // at teardown the final drain is followed by a wait of at most min(timeout, 1 s) for the writes to complete.
+  void progress() { poll_all(); }
+  void before_final_drain() {
+    const std::uint64_t bound = timeout_ns_ != 0 && timeout_ns_ < 1'000'000'000ull ? timeout_ns_ : 1'000'000'000ull;
+    deadline_ns_ = detail::now_ns() + bound;
+  }
+  void after_final_drain() {
+    while (!all_complete() && detail::now_ns() < deadline_ns_) {
       poll_all();
-      if (stop_.load(std::memory_order_acquire)) {
-        const std::uint64_t bound = timeout_ns_ != 0 && timeout_ns_ < 1'000'000'000ull ? timeout_ns_ : 1'000'000'000ull;
-        deadline_ns_ = detail::now_ns() + bound;
-        drain_queues(queues, layout_.max_parts, tails.data(), fn);
-        while (!all_complete() && detail::now_ns() < deadline_ns_) {
-          poll_all();
-          std::this_thread::yield();
-        }
-        return;
-      }
-      if (paused_.load(std::memory_order_acquire)) {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-        continue;
-      }
-      const std::uint64_t t0 = detail::now_ns();
-      const std::uint64_t got = drain_queues(queues, layout_.max_parts, tails.data(), fn);
-      if (got) {
-        busy_ns_.fetch_add(detail::now_ns() - t0, std::memory_order_relaxed);
-        posts_.fetch_add(got, std::memory_order_relaxed);
-        drains_.fetch_add(1, std::memory_order_relaxed);
-        empty = 0;
-        continue;
-      }
-      idle_polls_.fetch_add(1, std::memory_order_relaxed);
-      if (++empty < cfg_.idle.spin_polls || cfg_.idle.kind == idle_policy::spin) continue;
-      if (cfg_.idle.kind == idle_policy::yield)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(cfg_.idle.sleep_us));
+      std::this_thread::yield();
     }
   }
 
@@ -728,7 +688,7 @@ class basic_ibverbs {
   ib::ib_config cfg_;
   std::uint64_t timeout_ns_;
   int me_ = 0, n_ = 0;
-  std::shared_ptr<std::byte> window_, staging_, queue_mem_, cursor_mem_;
+  proxy_memory<Mapping> mem_;
   ib::resources res_;  // declared after the memory it registers: deregistered before that memory is freed
   std::vector<std::uint32_t> psn_;
   std::vector<ibv_mtu> path_mtu_;
@@ -738,17 +698,16 @@ class basic_ibverbs {
   std::vector<std::string> probe_why_;  // [peer]: why the probe failed
   std::vector<std::string> connect_failed_;  // [device][peer]: why connecting that queue pair failed (empty: ok)
   proxy_handle handle_{};
-  std::thread thread_;
-  std::atomic<bool> stop_{false}, paused_{false}, failed_{false};
+  std::atomic<bool> failed_{false};
   std::string failure_;
   std::uint64_t failure_ns_ = 0;
   int failed_peer_ = -1;
   std::uint32_t last_seq_ = 0, aborted_seq_ = 0;
   bool have_seq_ = false, aborted_any_ = false;
   std::uint64_t deadline_ns_ = ~std::uint64_t{0};
-  std::atomic<std::uint64_t> posts_{0}, bytes_{0}, busy_ns_{0}, drains_{0}, idle_polls_{0}, completions_{0},
-      completion_errors_{0}, credit_waits_{0};
+  std::atomic<std::uint64_t> completions_{0}, completion_errors_{0}, credit_waits_{0};
   std::atomic<std::uint64_t> device_posts_[ib::max_devices] = {};
+  proxy_thread proxy_;  // last member: its destructor (stop + join) runs first, before anything post_one uses
 };
 
 /// The RDMA transport on the host executor: windows and staging in plain host memory.

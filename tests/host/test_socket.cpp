@@ -1,0 +1,418 @@
+// tests/host/test_socket.cpp — the socket transport (transport/socket.hpp) with ranks as threads of one process,
+// over 127.0.0.1 (ROCENANTE_SOCKET_IFNAME unset: every rank in one network namespace): agreement with the exact
+// reference for one_shot and ring, all-reduce and all-gather, fp32 and bf16, counts {1, 7, 16, 4099, capacity}
+// (reference_case.hpp: bit-exact to the documented order, byte-identical across ranks, guards intact); a peer
+// that closes its connections, and one that never connects, reported naming it within the bound; configuration
+// mismatches and bad connection cards and frames refused naming the rank; and start-up selection with
+// ROCENANTE_TRANSPORT=socket.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <thread>
+
+#include <rocenante/host/select.hpp>
+#include <rocenante/transport/socket.hpp>
+
+#include "reference_case.hpp"
+
+using namespace rtest;
+using algorithm::one_shot;
+using algorithm::ring;
+using socket_comm = host::communicator<transport::socket>;
+
+namespace {
+
+protocol::window_layout small_layout(int n, std::uint64_t capacity = 16 * 1024) {
+  options o;
+  o.capacity_bytes = capacity;
+  o.max_parts = 2;
+  return host::make_layout<one_shot, ring>(n, o);
+}
+
+/// A listening socket on 127.0.0.1 that never accepts: connections to it complete (the kernel's backlog) and
+/// go nowhere. The fake rank of "never arrives" publishes it.
+struct silent_listener {
+  transport::sock::fd fd;
+  std::uint16_t port_be = 0;
+  silent_listener() : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd.get(), 8) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_be = a.sin_port;
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("host.socket.reference") {
+  TEST_CASE("one_shot all-reduce over sockets matches the float64 reference, bit for bit rank order, fp32 and bf16") {
+    for (int n : {2, 3, 4}) {
+      CAPTURE(n);
+      check_all_reduce_against_reference<one_shot, float, transport::socket>(n, reference_options(n != 3), 400 + n);
+      check_all_reduce_against_reference<one_shot, __nv_bfloat16, transport::socket>(n, reference_options(n == 3),
+                                                                                      410 + n);
+    }
+  }
+
+  TEST_CASE("ring all-reduce over sockets matches the float64 reference, bit for bit chunk order, fp32 and bf16") {
+    for (int n : {2, 3, 4}) {
+      CAPTURE(n);
+      check_all_reduce_against_reference<ring, float, transport::socket>(n, reference_options(n == 3), 420 + n);
+      check_all_reduce_against_reference<ring, __nv_bfloat16, transport::socket>(n, reference_options(n != 3), 430 + n);
+    }
+  }
+
+  TEST_CASE("all-gather over sockets concatenates exactly, fp32 and bf16, at 2 and 4 ranks") {
+    check_all_gather<float, transport::socket>(2, reference_options(true), 440);
+    check_all_gather<__nv_bfloat16, transport::socket>(4, reference_options(false), 441);
+  }
+
+  TEST_CASE("every payload byte and every frame crosses a connection: the receiver's counters") {
+    std::vector<transport::socket_stats> st(3);
+    std::vector<std::string> where(3);
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      options o = reference_options(false);
+      socket_comm comm(boot, o);
+      std::vector<float> in(1000, 1.0f), out(1000);
+      REQUIRE(comm.all_reduce<one_shot>(in.data(), out.data(), in.size()) == status::ok);
+      REQUIRE(out[999] == 3.0f);
+      boot.barrier();  // every rank's frames have been applied (each rank waited for them)
+      st[boot.rank()] = comm.transport().stats();
+      where[boot.rank()] = comm.transport().describe();
+      for (int q = 0; q < 3; ++q) CHECK(comm.transport().reachable(q));
+      CHECK_FALSE(comm.transport().failed());
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      MESSAGE(where[r]);
+      CHECK(contains(where[r], "127.0.0.1 within a host"));
+      // one_shot: one frame to each of the 2 peers, 4000 bytes each; the same received.
+      CHECK(st[r].posts == 2);
+      CHECK(st[r].bytes == 8000);
+      CHECK(st[r].frames_received == 2);
+      CHECK(st[r].bytes_received == 8000);
+    }
+  }
+}
+
+TEST_SUITE("host.socket.failure") {
+  TEST_CASE("a peer that closes its connections is reported by every other rank, naming it, at once") {
+    constexpr int n = 4;
+    options o = reference_options(false);
+    o.timeout_ns = 5'000'000'000ull;
+    std::vector<status> st(n, status::internal);
+    std::vector<host::health> h(n);
+    std::vector<std::string> failure(n);
+    std::vector<double> seconds(n, 0);
+    host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+      const int r = boot.rank();
+      auto comm = std::make_unique<socket_comm>(boot, o);
+      std::vector<float> in(500, 1.0f), out(500);
+      for (int i = 0; i < 3; ++i) REQUIRE(comm->all_reduce(in.data(), out.data(), in.size()) == status::ok);
+      if (r == 3) comm.reset();  // closes every connection of rank 3
+      boot.barrier();            // rank 3's connections are closed before the others call again
+      if (r == 3) {
+        boot.barrier();  // the survivors' final barrier: none closes its own connections before all have looked
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the receivers see the close (poll: 50 ms)
+      stopwatch t;
+      st[r] = comm->all_reduce(in.data(), out.data(), in.size());
+      seconds[r] = t.seconds();
+      h[r] = comm->check_health();
+      // The transport's own record is written by its proxy thread when it reaches the frame for rank 3; a rank
+      // whose wait was aborted by a peer's relayed abort can return before that: wait for it (bounded).
+      stopwatch w;
+      while (!comm->transport().failed() && w.seconds() < 2.0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      failure[r] = comm->transport().failure_message();
+      boot.barrier();  // a survivor that tears down early would be a closed peer of the others' pending frames
+    });
+    for (int r = 0; r < n - 1; ++r) {
+      CAPTURE(r);
+      INFO(h[r].message);
+      INFO(failure[r]);
+      CHECK(st[r] == status::timeout);
+      CHECK(h[r].failure.peer == 3);
+      CHECK(contains(h[r].message, "rank 3"));
+      // The fast path: the proxy found the connection closed and aborted the wait, long before the 5 s timeout.
+      CHECK(seconds[r] < 1.0);
+      CHECK(contains(failure[r], "rank " + std::to_string(r) + ": socket connection to rank 3"));
+      CHECK(contains(failure[r], "rank 3 closed its connection to this rank"));
+    }
+  }
+
+  TEST_CASE("a peer that never connects is marked unreachable within the timeout, and a frame for it fails naming it") {
+    constexpr int n = 3;  // ranks 0 and 1 are real, rank 2 publishes a card and never connects or accepts
+    const protocol::window_layout layout = small_layout(n);
+    options o;
+    o.timeout_ns = 1'000'000'000ull;
+    silent_listener fake;
+    std::vector<double> setup_s(n, 0);
+    std::vector<std::string> why(n), failure(n);
+    std::vector<int> reach(n * n, -1);
+    std::vector<std::uint64_t> abort_word(n, 0);
+    host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+      const int r = boot.rank();
+      if (r == 2) {
+        transport::sock::card c{};
+        c.magic = transport::sock::card_magic;
+        c.version = transport::sock::card_version;
+        c.size = sizeof c;
+        c.rank = 2;
+        c.ok = 1;
+        c.any = 1;
+        c.port = fake.port_be;
+        c.window_bytes = layout.total_bytes();
+        c.netns = transport::sock::netns_token();
+        c.nonce = 42;
+        std::vector<transport::sock::card> all(n);
+        boot.all_gather(&c, all.data(), sizeof c);
+        return;
+      }
+      stopwatch t;
+      transport::socket s(boot, layout, o, transport::socket_config{});
+      setup_s[r] = t.seconds();
+      for (int q = 0; q < n; ++q) reach[r * n + q] = s.reachable(q) ? 1 : 0;
+      why[r] = s.unreachable_reason(2);
+      // A frame for rank 2 (sequence 7): the proxy fails it, names rank 2 and aborts this rank's own flags.
+      auto hd = s.handle();
+      const std::uint64_t idx = layout.flag_index(1, 0, 0);
+      REQUIRE(hd.signal(2, 1, 0, 64, idx, protocol::make_flag(7, 0x123)));
+      stopwatch w;
+      while (!s.failed() && w.seconds() < 5.0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      failure[r] = s.failure_message();
+      abort_word[r] = detail::load_acquire(hd.local_flag(idx));
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      INFO(why[r]);
+      INFO(failure[r]);
+      CHECK(setup_s[r] >= 0.9);        // it waited for rank 2 until the deadline...
+      CHECK(setup_s[r] < 1.0 + 1.5);   // ...and not much longer
+      CHECK(reach[r * n + 0] == 1);
+      CHECK(reach[r * n + 1] == 1);
+      CHECK(reach[r * n + 2] == 0);
+      CHECK(contains(why[r], "rank 2 did not connect to this rank within 1000"));
+      CHECK(contains(failure[r], "socket connection to rank 2"));
+      CHECK(contains(failure[r], "a frame for a peer that start-up could not connect"));
+      CHECK(protocol::is_abort(protocol::flag_signature(abort_word[r])));
+      CHECK(protocol::abort_rank(protocol::flag_signature(abort_word[r])) == 2);
+      CHECK(protocol::flag_seq(abort_word[r]) == 7);
+    }
+  }
+
+  TEST_CASE("teardown returns promptly although a peer is gone") {
+    options o = reference_options(false);
+    o.timeout_ns = 10'000'000'000ull;
+    std::vector<double> teardown(2, 0);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      auto comm = std::make_unique<socket_comm>(boot, o);
+      std::vector<float> in(100, 1.0f), out(100);
+      REQUIRE(comm->all_reduce(in.data(), out.data(), in.size()) == status::ok);
+      if (boot.rank() == 1) comm.reset();
+      boot.barrier();
+      if (boot.rank() == 1) return;
+      stopwatch t;
+      comm.reset();
+      teardown[0] = t.seconds();
+    });
+    CHECK(teardown[0] < 1.0);
+  }
+}
+
+TEST_SUITE("host.socket.config") {
+  TEST_CASE("ranks whose windows differ fail set-up on every rank, each naming the other") {
+    std::vector<std::string> errors(2);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      const auto layout = small_layout(2, boot.rank() == 0 ? 16 * 1024 : 32 * 1024);
+      try {
+        transport::socket s(boot, layout, options{}, transport::socket_config{});
+      } catch (const transport_error& e) {
+        errors[boot.rank()] = e.what();
+      }
+    });
+    CHECK(contains(errors[0], "socket (seen by rank 0): rank 1's window is"));
+    CHECK(contains(errors[1], "socket (seen by rank 1): rank 0's window is"));
+  }
+
+  TEST_CASE("ROCENANTE_SOCKET_IFNAME matching nothing on one rank fails set-up on every rank, naming rank and variable") {
+    std::vector<std::string> errors(3);
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      transport::socket_config c;
+      if (boot.rank() == 1) c.ifname = env::parse_socket_ifname("=no-such-if0");
+      try {
+        transport::socket s(boot, small_layout(3), options{}, c);
+      } catch (const transport_error& e) {
+        errors[boot.rank()] = e.what();
+      }
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CHECK(contains(errors[r], "socket (seen by rank " + std::to_string(r) + "): set-up failed on rank 1: socket: "
+                                "ROCENANTE_SOCKET_IFNAME='=no-such-if0' matches no UP interface with an IPv4 address"));
+    }
+  }
+
+  TEST_CASE("ROCENANTE_SOCKET_IFNAME=lo: every rank listens on the loopback interface only, and collectives work") {
+    std::vector<std::string> where(2);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      transport::socket_config c;
+      c.ifname = env::parse_socket_ifname("lo");
+      transport::socket s(boot, small_layout(2), options{}, c);
+      where[boot.rank()] = s.describe();
+      CHECK(s.reachable(1 - boot.rank()));
+    });
+    CHECK(contains(where[0], "listening on lo 127.0.0.1; port "));
+  }
+
+  TEST_CASE("communicators whose timeouts differ fail set-up on every rank as a timeout_ns mismatch") {
+    std::vector<std::string> fields(2);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      options o;
+      o.timeout_ns = boot.rank() == 0 ? 1'000'000'000ull : 2'000'000'000ull;
+      try {
+        socket_comm comm(boot, o);
+      } catch (const config_mismatch_error& e) {
+        fields[boot.rank()] = e.field();
+      }
+    });
+    CHECK(fields[0] == "timeout_ns");
+    CHECK(fields[1] == "timeout_ns");
+  }
+
+  TEST_CASE("a bad connection card is refused naming the rank: magic, size, version, rank, window, port") {
+    using transport::sock::card;
+    card good{};
+    good.magic = transport::sock::card_magic;
+    good.version = transport::sock::card_version;
+    good.size = sizeof(card);
+    good.rank = 2;
+    good.ok = 1;
+    good.window_bytes = 8192;
+    good.port = htons(4000);
+    auto why = [](const card& c) { return transport::sock::validate_card(c, 2, 8192); };
+    CHECK(why(good).empty());
+    card c = good;
+    c.magic ^= 1;
+    CHECK(why(c) == "rank 2 sent a socket connection card with a bad magic number (not RoCEnante, or corrupt)");
+    c = good;
+    c.size -= 8;
+    CHECK(contains(why(c), "rank 2 sent a socket connection card of"));
+    c = good;
+    c.version += 1;
+    CHECK(contains(why(c), "rank 2 speaks socket connection-card version"));
+    c = good;
+    c.rank = 3;
+    CHECK(why(c) == "rank 2's socket card claims rank 3");
+    c = good;
+    c.window_bytes = 4096;
+    CHECK(why(c) == "rank 2's window is 4096 bytes, this rank's 8192");
+    c = good;
+    c.port = 0;
+    CHECK(why(c) == "rank 2's socket card has no port");
+    c = good;
+    c.ok = 0;
+    c.window_bytes = 1;
+    CHECK(why(c).empty());  // a failed rank is reported with its own message, not as a mismatch
+  }
+
+  TEST_CASE("a malformed frame header is refused: magic, slot, range past the slot, flag index") {
+    const protocol::window_layout l = small_layout(2);
+    transport::sock::frame good{transport::sock::frame_magic, 1, 0, l.slot_bytes, l.flag_count() - 1, 5};
+    CHECK(transport::sock::check_frame(good, l).empty());
+    auto f = good;
+    f.magic = 0;
+    CHECK(contains(transport::sock::check_frame(f, l), "bad magic"));
+    f = good;
+    f.slot = 2;
+    CHECK(transport::sock::check_frame(f, l) == "a frame for slot 2");
+    f = good;
+    f.offset = 16;  // 16 + slot_bytes runs past the slot
+    CHECK(contains(transport::sock::check_frame(f, l), "-byte slot"));
+    f = good;
+    f.offset = ~std::uint64_t{0} - 4;  // offset + bytes would wrap
+    f.bytes = 8;
+    CHECK(contains(transport::sock::check_frame(f, l), "-byte slot"));
+    f = good;
+    f.flag_index = l.flag_count();
+    CHECK(contains(transport::sock::check_frame(f, l), "a frame for flag"));
+  }
+}
+
+TEST_SUITE("host.socket.select") {
+  TEST_CASE("ROCENANTE_TRANSPORT=socket: every rank runs on socket, no fallback, every pair connects, exact") {
+    ::setenv("ROCENANTE_TRANSPORT", "socket", 1);  // the real path: read from the environment at set-up
+    std::vector<host::selection> seen(3);
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      host::selected_communicator comm(boot, options{});
+      seen[boot.rank()] = comm.selected();
+      std::vector<__nv_bfloat16> in(333, __float2bfloat16(static_cast<float>(boot.rank() + 1))), out(333);
+      REQUIRE(comm.all_reduce(in.data(), out.data(), in.size()) == status::ok);
+      CHECK(__bfloat162float(out[0]) == 6.0f);
+      CHECK(__bfloat162float(out[332]) == 6.0f);
+      REQUIRE(comm.all_reduce(in.data(), out.data(), in.size(), ring{}) == status::ok);
+      CHECK(__bfloat162float(out[100]) == 6.0f);
+      CHECK(comm.get<host::selected_communicator::socket_comm>() != nullptr);
+      CHECK(comm.check_health().ok());
+    });
+    ::unsetenv("ROCENANTE_TRANSPORT");
+    for (const auto& s : seen) {
+      CHECK(s.requested == env::transport_choice::socket);
+      CHECK(s.chosen == host::transport_kind::socket);
+      CHECK(s.preferred == host::transport_kind::socket);
+      CHECK_FALSE(s.fell_back);
+      CHECK(s.reason.find("socket usable on every rank (rank 0: listening on every address, 127.0.0.1 within a host") == 0);
+      CHECK(s.connectivity.describe() == "every pair of 3 ranks connects");
+    }
+  }
+
+  TEST_CASE("forced socket with a bad ROCENANTE_SOCKET_IFNAME on one rank fails on every rank, naming rank and reason") {
+    std::vector<std::string> errors(2);
+    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
+      host::select_config c;
+      env::settings s;
+      s.transport = env::transport_choice::socket;
+      if (boot.rank() == 1) s.socket_if = env::parse_socket_ifname("=no-such-if0");
+      c.settings = s;
+      try {
+        host::selected_communicator comm(boot, options{}, c);
+      } catch (const transport_error& e) {
+        errors[boot.rank()] = e.what();
+      }
+    });
+    for (const auto& e : errors) {
+      CHECK(e.find("no transport usable by every rank (ROCENANTE_TRANSPORT=socket): socket unusable: rank 1: socket: "
+                   "ROCENANTE_SOCKET_IFNAME='=no-such-if0' matches no UP interface") == 0);
+      CHECK(contains(e, "the transport was forced, so there is no fallback"));
+    }
+    CHECK(errors[0] == errors[1]);
+  }
+
+  TEST_CASE("auto across processes: the fallback after ibverbs is socket, and the reason names the failing rank") {
+    // Ranks in one process cannot have different process tokens; the table is built as vote_probes builds it for
+    // processes (auto, host executor, loopback dropped), with rank 2's ibverbs probe failing.
+    host::vote_table t;
+    t.ranks = 4;
+    t.requested = env::transport_choice::automatic;
+    t.order = {host::transport_kind::ibverbs, host::transport_kind::socket};
+    t.v.resize(4);
+    for (int q = 0; q < 4; ++q)
+      for (int k = 0; k < host::transport_kinds; ++k)
+        t.v[q][k] = host::verdict::make(static_cast<host::transport_kind>(k), q, host::probe_code::ok, "ok");
+    t.fail(host::transport_kind::ibverbs, 2, host::probe_code::device_unusable, "RDMA device rxe2 port 1: port is DOWN");
+    const host::selection s = host::decide(t);
+    CHECK(s.chosen == host::transport_kind::socket);
+    CHECK(s.fell_back);
+    CHECK(s.failing_ranks() == std::vector<int>{2});
+    CHECK(s.reason == "ibverbs unusable: rank 2: RDMA device rxe2 port 1: port is DOWN; every rank falls back to socket together");
+    CHECK(host::candidates(env::transport_choice::automatic, host::executor::host) ==
+          std::vector<host::transport_kind>{host::transport_kind::ibverbs, host::transport_kind::loopback,
+                                            host::transport_kind::socket});
+    CHECK(host::candidates(env::transport_choice::automatic, host::executor::gpu) ==
+          std::vector<host::transport_kind>{host::transport_kind::ibverbs, host::transport_kind::nccl});
+    CHECK(host::candidates(env::transport_choice::socket, host::executor::host) ==
+          std::vector<host::transport_kind>{host::transport_kind::socket});
+  }
+}
