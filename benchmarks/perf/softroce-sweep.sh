@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# benchmarks/perf/softroce-sweep.sh — the rocenante-perf receipt over Soft-RoCE: one QEMU VM with 4 ranks x 1 rxe
+# device (tests/softroce/softroce-vm.sh), and inside it rocenante-perf under mpirun, one rank per process, at 2 and
+# at 4 ranks (rank r on rxe<r> through tests/softroce/rank-env.sh): all-reduce, fp32 and bf16, one_shot and ring,
+# 8 B..1 MiB in steps of x2, 5 warm-up and 20 timed iterations per row, every result checked. Leaves in OUT:
+# perf-mpirun-np{2,4}.json (receipts), perf-mpirun-np{2,4}.txt (tables), machine.txt (commit, date, host load).
+#
+# Usage (repository root; BUILD has rocenante-perf built with MPI, e.g. meson setup BUILD -Dcuda=disabled):
+#   flock /tmp/rocenante-vm.lock bash benchmarks/perf/softroce-sweep.sh BUILD OUT
+# Expected time on the 2-core development host: 6-12 minutes (VM boot ~1 min; 4 ranks take most of it).
+#
+# These are Soft-RoCE-in-an-emulated-VM figures (TCG, 2 vCPUs carrying every rank, its proxy thread and the
+# kernel's rxe work): they describe that set-up, not RDMA hardware.
+set -uo pipefail
+args=(-b 8 -e 1M -f 2 -n 20 -w 5 -d float,bfloat16 --algo one_shot,ring)
+
+if [ "${1:-}" = --in-vm ]; then  # inside the VM (softroce-vm.sh runs this script again with --in-vm)
+  perf=$2
+  . "$SOFTROCE_SRC/vm/common.sh"  # OpenMPI settings for the VM
+  unset ROCENANTE_TRANSPORT ROCENANTE_ALGO
+  rc=0
+  for np in 2 4; do
+    t0=$SECONDS
+    cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$SOFTROCE_SRC/rank-env.sh" "$perf"
+         "${args[@]}" -J "$SOFTROCE_OUT/perf-mpirun-np$np.json")
+    echo "command: ${cmd[*]}" | tee "$SOFTROCE_OUT/perf-mpirun-np$np.txt"
+    timeout --kill-after=5 1200 "${cmd[@]}" 2>&1 | tee -a "$SOFTROCE_OUT/perf-mpirun-np$np.txt"
+    r=${PIPESTATUS[0]}
+    echo "(exit $r after $((SECONDS - t0)) s)" | tee -a "$SOFTROCE_OUT/perf-mpirun-np$np.txt"
+    [ "$r" = 0 ] || rc=1
+  done
+  exit $rc
+fi
+
+build=${1:?usage: softroce-sweep.sh BUILD OUT}
+out=${2:?usage: softroce-sweep.sh BUILD OUT}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+perf=$(cd "$build" && pwd)/benchmarks/rocenante-perf
+[ -x "$perf" ] || { echo "no $perf: build it first (ninja -C $build benchmarks/rocenante-perf)"; exit 2; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git -C "$root" rev-parse HEAD) ($(git -C "$root" status --porcelain | grep -q . && echo dirty || echo clean))"
+  echo "host: $(uname -n), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "VM: tests/softroce/softroce-vm.sh --ranks 4 --devices 1 (QEMU $(qemu-system-x86_64 --version | head -1 | awk '{print $4}'), TCG, 2 vCPUs, 1024 MB)"
+  echo "rocenante-perf arguments: ${args[*]}"
+} | tee "$out/machine.txt"
+t0=$(date +%s)
+SOFTROCE_SRC=$root/tests/softroce SOFTROCE_BIN=$perf \
+  "$root/tests/softroce/softroce-vm.sh" --ranks 4 --devices 1 --timeout 2700 --out "$out" -- \
+  bash "$root/benchmarks/perf/softroce-sweep.sh" --in-vm "$perf"
+rc=$?
+{
+  echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "VM run: exit $rc after $(($(date +%s) - t0)) s"
+} | tee -a "$out/machine.txt"
+rm -f "$out/params.sh" "$out/vm-main.sh" "$out/rc"  # softroce-vm.sh's own job files
+exit $rc
