@@ -417,8 +417,9 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
   std::fprintf(f, "  \"note\": %s,\n",
                json_string(on_host ? "CPU host executor over the in-process loopback transport: not a performance figure"
                            : mpi ? "CPU host executor, one rank per process (mpirun), transport " + facts.transport +
-                                       ": times of this machine's RDMA stack, CPUs and scheduler; rank_hosts says where "
-                                       "it ran (softroce-vm: Soft-RoCE in an emulated VM, not a hardware figure)"
+                                       ": times include the path between the processes (for ibverbs, the RDMA stack), "
+                                       "the CPUs and the scheduler; rank_hosts says where it ran (softroce-vm: Soft-RoCE "
+                                       "in an emulated VM, not a hardware figure)"
                                  : "GPU executor; ranks are threads of this process, each on its own stream")
                    .c_str());
   if (!on_host && !mpi)

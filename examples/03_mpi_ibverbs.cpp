@@ -6,10 +6,13 @@
 // across ranks (a hash of every output, gathered with MPI); then an ordered teardown. CPU host executor: no GPU is
 // needed (this example has no GPU path).
 //
-//   mpirun -np 2 -H node0,node1 build/examples/03_mpi_ibverbs        (one rank per node; ROCENANTE_IB_HCA=mlx5_0
-//                                                                     -x ROCENANTE_IB_HCA to pick the NIC)
-//   mpirun --allow-run-as-root --oversubscribe -np 4 tests/softroce/rank-env.sh build/examples/03_mpi_ibverbs
-//                                                                    (inside the Soft-RoCE VM: rank r uses rxe<r>)
+//   mpirun -np 2 -H node0,node1 -x ROCENANTE_IB_HCA=mlx5_0 build/examples/03_mpi_ibverbs
+//       one rank per node (ROCENANTE_IB_HCA picks the NIC; unset: the first ACTIVE device). Never run on RDMA
+//       hardware so far.
+//   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 tests/softroce/rank-env.sh build/examples/03_mpi_ibverbs
+//       inside the Soft-RoCE VM (rank r uses rxe<r>): what the softroce test example_03_mpirun_4_ranks runs
+//   build/examples/03_mpi_ibverbs
+//       without mpirun: a world of one (the examples suite runs this)
 //
 // Rank 0 prints the start-up decision and one line per collective; every rank ends with "rank r/n: PASS" (exit 0)
 // or "rank r/n: FAIL" (exit 1). A set-up error is thrown on every rank alike (the decision is a vote): each rank
