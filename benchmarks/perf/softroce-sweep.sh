@@ -2,7 +2,8 @@
 # benchmarks/perf/softroce-sweep.sh — the rocenante-perf receipt over Soft-RoCE: one QEMU VM with 4 ranks x 1 rxe
 # device (tests/softroce/softroce-vm.sh), and inside it rocenante-perf under mpirun, one rank per process, at 2 and
 # at 4 ranks (rank r on rxe<r> through tests/softroce/rank-env.sh): all-reduce, fp32 and bf16, one_shot and ring,
-# 8 B..1 MiB in steps of x2, 5 warm-up and 20 timed iterations per row, every result checked. Leaves in OUT:
+# 8 B..1 MiB in steps of x2, 5 warm-up and 20 timed iterations per row, every result checked, every wait bounded
+# by 60 s. Leaves in OUT:
 # perf-mpirun-np{2,4}.json (receipts), perf-mpirun-np{2,4}.txt (tables), machine.txt (commit, date, host load).
 #
 # Usage (repository root; BUILD has rocenante-perf built with MPI, e.g. meson setup BUILD -Dcuda=disabled):
@@ -12,7 +13,9 @@
 # These are Soft-RoCE-in-an-emulated-VM figures (TCG, 2 vCPUs carrying every rank, its proxy thread and the
 # kernel's rxe work): they describe that set-up, not RDMA hardware.
 set -uo pipefail
-args=(-b 8 -e 1M -f 2 -n 20 -w 5 -d float,bfloat16 --algo one_shot,ring)
+# -T 60: the bound on every wait for a peer. At the default 10 s, a 1 MiB fp32 one_shot at 4 ranks timed out once
+# in this VM while the host's load average was ~4.5 (the first run at b6a5486).
+args=(-b 8 -e 1M -f 2 -n 20 -w 5 -d float,bfloat16 --algo one_shot,ring -T 60)
 
 if [ "${1:-}" = --in-vm ]; then  # inside the VM (softroce-vm.sh runs this script again with --in-vm)
   perf=$2
