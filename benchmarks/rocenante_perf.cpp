@@ -399,6 +399,9 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
     std::fprintf(f, "],\n  \"rank_devices\": [");
     for (std::size_t i = 0; i < facts.rank_devices.size(); ++i)
       std::fprintf(f, "%s%s", i ? ", " : "", json_string(facts.rank_devices[i]).c_str());
+    std::fprintf(f, "],\n  \"environment_rank0\": [");
+    for (std::size_t i = 0; i < facts.environment.size(); ++i)
+      std::fprintf(f, "%s%s", i ? ", " : "", json_string(facts.environment[i]).c_str());
     std::fprintf(f, "],\n  \"timeout_s\": %s,\n", json_number(cfg.timeout_s).c_str());
   }
   std::fprintf(f, "  \"collective\": \"%s\",\n  \"op\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n",
@@ -450,8 +453,14 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                  i ? "," : "", r.impl.c_str(), static_cast<unsigned long long>(r.bytes),
                  static_cast<unsigned long long>(r.count), to_string(r.type), r.label().c_str());
     std::fprintf(f, "\"graph\": %s, \"collectives_per_sample\": %d, ", r.graph ? "true" : "false", r.iters_per_sample);
-    std::fprintf(f, "\"status\": \"%s\", \"error\": %s,\n     \"samples_us\": [", to_string(r.state),
-                 json_string(r.error).c_str());
+    std::fprintf(f, "\"status\": \"%s\", \"error\": %s,\n     ", to_string(r.state), json_string(r.error).c_str());
+    if (!r.rank_errors.empty()) {
+      std::fprintf(f, "\"rank_errors\": [");
+      for (std::size_t q = 0; q < r.rank_errors.size(); ++q)
+        std::fprintf(f, "%s%s", q ? ", " : "", json_string(r.rank_errors[q]).c_str());
+      std::fprintf(f, "],\n     ");
+    }
+    std::fprintf(f, "\"samples_us\": [");
     for (std::size_t s = 0; s < r.samples_us.size(); ++s)
       std::fprintf(f, "%s%s", s ? ", " : "", json_number(r.samples_us[s]).c_str());
     std::fprintf(f, "],\n     \"rank_samples_us\": [");

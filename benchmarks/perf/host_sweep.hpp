@@ -105,6 +105,11 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
       out_row.failed_rank = q;
       out_row.error = statuses[q].why;
     }
+  if (out_row.state != status::ok)  // every rank's own first error: the root cause may sit on another rank
+    for (int q = 0; q < n; ++q)
+      out_row.rank_errors.push_back(statuses[q].state == 0 ? std::string()
+                                                           : std::string(to_string(static_cast<status>(statuses[q].state))) +
+                                                                 ": " + statuses[q].why);
   if (cfg.check && !wrong_bits.empty()) {
     std::vector<std::uint8_t> all_bits(wrong_bits.size() * n);
     boot.all_gather(wrong_bits.data(), all_bits.data(), wrong_bits.size());
@@ -145,6 +150,9 @@ void sweep(Comm& comm, Boot& boot, const config& cfg, std::vector<row>& rows, bo
         else if (t == dtype::f16) run_one(static_cast<__half*>(nullptr));
         else run_one(static_cast<__nv_bfloat16*>(nullptr));
         if (boot.rank() == 0) print_row(r, cfg.coll, print_p99);
+        if (boot.rank() == 0 && rows_on_every_rank)  // one rank per process: each rank's own message
+          for (std::size_t q = 0; q < r.rank_errors.size(); ++q)
+            if (!r.rank_errors[q].empty()) std::printf("#   rank %zu: %s\n", q, r.rank_errors[q].c_str());
         if (boot.rank() == 0 || rows_on_every_rank) rows.push_back(r);
         if (r.state != status::ok) return;  // every rank saw the same gathered status: stop together
       }

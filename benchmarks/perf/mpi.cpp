@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -83,6 +84,11 @@ int run_mpi(int argc, char** argv, config cfg) {
     MPI_Get_library_version(lib, &len);
     facts.mpi_library = first_line(std::string(lib, static_cast<std::size_t>(len)));
   }
+  if (root) {
+    for (char** e = environ; e && *e; ++e)
+      if (std::strncmp(*e, "ROCENANTE_", 10) == 0) facts.environment.emplace_back(*e);
+    std::sort(facts.environment.begin(), facts.environment.end());
+  }
   std::vector<row> rows;
   bool crashed = false;
   try {
@@ -114,6 +120,9 @@ int run_mpi(int argc, char** argv, config cfg) {
       print_provenance_and_sweep(cfg, prov);
       std::printf("# selection (--transport %s): %s\n", to_string(cfg.backend), facts.selection.c_str());
       std::printf("# %s\n", facts.mpi_library.c_str());
+      std::string envs;
+      for (const auto& e : facts.environment) envs += " " + e;
+      std::printf("# environment (rank 0):%s\n", envs.empty() ? " no ROCENANTE_* variable" : envs.c_str());
       for (int q = 0; q < size; ++q)
         std::printf("#   rank %2d: %s%s%s\n", q, facts.rank_hosts[q].c_str(), facts.rank_devices[q].empty() ? "" : ", ",
                     facts.rank_devices[q].c_str());
@@ -123,6 +132,18 @@ int run_mpi(int argc, char** argv, config cfg) {
       print_columns(true);
     }
     sweep(comm, boot, cfg, rows, /*rows_on_every_rank=*/true, /*print_p99=*/true);
+    // A rank's transport may know more than its status says (a completion error that reached the peers as a
+    // relayed abort): every rank's transport failure, if any, goes to the table and to the receipt's notes.
+    std::string transport_failure;
+#if ROCENANTE_HAS_IBVERBS
+    if (auto* c = comm.get<host::selected_communicator::ibverbs_comm>()) transport_failure = c->transport().failure_message();
+#endif
+    const auto failures = gather_strings(boot, transport_failure);
+    for (int q = 0; q < size; ++q)
+      if (!failures[q].empty()) {
+        facts.notes.push_back("rank " + std::to_string(q) + " transport failure: " + failures[q]);
+        if (root) std::printf("# rank %d transport failure: %s\n", q, failures[q].c_str());
+      }
     boot.barrier();  // teardown: no rank deregisters its memory while a peer may be inside the last collective
   } catch (const std::exception& e) {
     // Set-up failures are thrown on every rank together (the start-up decision is a vote); a failure on one rank

@@ -96,6 +96,7 @@ struct row {
   status state = status::ok;
   int failed_rank = -1;
   std::string error;
+  std::vector<std::string> rank_errors;  // when the row failed: per rank "<status>: <its first error>", "" if ok
   std::string label() const { return impl == "nccl" ? std::string("nccl") : std::string(algo_name(algorithm)); }
 };
 
@@ -126,6 +127,7 @@ struct run_facts {
   std::string mpi_library;         // MPI_Get_library_version, first line
   std::vector<std::string> rank_hosts;    // per rank: "host pid N"
   std::vector<std::string> rank_devices;  // per rank: the RDMA devices its transport uses (ibverbs), or ""
+  std::vector<std::string> environment;   // rank 0's ROCENANTE_* variables (NAME=value)
 };
 
 /// Small integer in [-4, 4] for (seed, rank, index): exact in fp32, fp16 and bf16, and so is any sum of 16.
