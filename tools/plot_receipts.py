@@ -139,13 +139,13 @@ def plot_overlay(receipts, outdir, label):
     written = []
     for t, lines in sorted(by_type.items()):
         fig, ax = plt.subplots(figsize=(8.5, 5.5))
-        for label, pts, algo, m, n in sorted(lines):
+        for name, pts, algo, m, n in sorted(lines):
             _, marker = STYLE.get(algo, ("black", "x"))
             # one hue per algorithm, darker for more ranks; solid = graph, dashed = eager
             shade = 0.45 + 0.5 * (rank_counts.index(n) + 1) / len(rank_counts)
             color = matplotlib.colormaps[SHADES.get(algo, "Greys")](shade)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=3, color=color,
-                    linestyle="-" if m == "graph" else "--", label=label, alpha=0.9)
+                    linestyle="-" if m == "graph" else "--", label=name, alpha=0.9)
         where = " / ".join(sorted({describe(r, p)[0] for p, r in receipts}))
         gpu_runs = any(r.get("gpus") for _, r in receipts)
         axes_setup(ax, f"{receipts[0][1]['collective']} {t}, median of the slowest rank\n{where}" +
