@@ -4,6 +4,7 @@
 //
 //   rocenante-perf -b 16 -e 1M -f 4 -d all --algo all --ranks 4            (what `tools/quickstart perf` runs)
 //   rocenante-perf --transport cuda_loopback -b 8 -e 64M -f 2 --ranks 4 -G 10 -J receipt.json
+//   mpirun -np 2 -H node0,node1 rocenante-perf --transport ibverbs -b 8 -e 1M -f 2 -J receipt.json
 //
 // Backends (--transport):
 //   host           CPU host executor (host::communicator over the in-process loopback transport); ranks are CPU
@@ -11,13 +12,17 @@
 //   cuda_loopback  gpu::communicator<cuda_loopback>: fused kernels, ranks as threads of this process, each rank on
 //   cuda_proxy     its own stream (several ranks may share a GPU); cuda_proxy: cuda_loopback_proxy (host-mapped
 //                  windows, a CPU proxy thread per rank moves the bytes). GPU path: perf/gpu.cu (built with nvcc).
-// Default: cuda_loopback when this build has the GPU path and a GPU is present, else host.
+//   ibverbs, auto  one rank per process under mpirun (perf/mpi.cpp, built with MPI): host executor over the
+//                  start-up selection (host::selected_communicator), set up through bootstrap::mpi; ibverbs
+//                  forces the RDMA transport, auto is the selection as ROCENANTE_TRANSPORT says (unset = auto).
+// Default: under mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment, or --mpi) auto; else
+// cuda_loopback when this build has the GPU path and a GPU is present, else host.
 //
 // Measurement, host backend: `-w` untimed iterations, then `-n` timed ones; before each timed iteration every rank
-// enters a bootstrap barrier, then times its own call with steady_clock. GPU backends: see perf/gpu.cu (CUDA
+// enters a bootstrap barrier (MPI_Barrier under mpirun), then times its own call with steady_clock. GPU backends: see perf/gpu.cu (CUDA
 // events per rank; -G N captures the -n iterations in one CUDA graph per rank and launches it N times, as in
 // nccl-tests). A row's sample is the slowest rank's; `time` is the median of the samples (p99 by nearest rank and
-// the raw samples go to the JSON receipt). algbw = size/time; busbw = algbw * 2(n-1)/n for all-reduce,
+// the raw samples of every rank go to the JSON receipt; under mpirun the table also has the p99 column). algbw = size/time; busbw = algbw * 2(n-1)/n for all-reduce,
 // * (n-1)/n for all-gather (nccl-tests' formulas; for all-gather `size` is the gathered output).
 //
 // Check (-c 1): rank r's element i is a small integer in [-4, 4] drawn from a hash of (seed, r, i), exactly
@@ -46,6 +51,7 @@
 
 #include <rocenante/rocenante.hpp>
 
+#include "perf/host_sweep.hpp"
 #include "perf/perf.hpp"
 
 #ifndef ROCENANTE_SOURCE_DIR
@@ -83,16 +89,21 @@ void print_help() {
       "      --algo A              one_shot|ring|auto|all, or a comma list (default all); auto is the library's\n"
       "                            default choice, one_shot today (no size-based selection exists yet)\n"
       "      --collective C        all_reduce|all_gather (default all_reduce)\n"
-      "      --ranks N             in-process ranks, 1..%d (default 4)\n"
+      "      --ranks N             in-process ranks, 1..%d (default 4); under mpirun the world size (-np)\n"
       "      --transport T         host | cuda_loopback | cuda_proxy (default: cuda_loopback when a GPU is present\n"
-      "                            and this build has the GPU path, else host); `loopback` = host\n"
+      "                            and this build has the GPU path, else host); `loopback` = host.\n"
+      "                            Under mpirun (one rank per process): ibverbs | auto (default auto: the start-up\n"
+      "                            selection, ROCENANTE_TRANSPORT from the environment, unset = auto)\n"
+      "      --mpi                 one rank per process even where no MPI launcher variable (OMPI_COMM_WORLD_SIZE,\n"
+      "                            PMI_SIZE, PMIX_RANK) is set; these variables select it by themselves\n"
       "      --devices N           GPU: spread ranks round-robin over the first N GPUs (default: min(ranks, GPUs))\n"
       "      --max-parts N         GPU: CTAs per collective per rank (default: gpu::default_options(), 16)\n"
       "      --nccl, --no-nccl     GPU: run NCCL beside the library (default: wherever it can run, i.e. one rank\n"
       "                            per GPU and libnccl.so.2 loadable; --nccl makes its absence an error)\n"
       "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
       "  -h, --help\n"
-      "Times from the host transport are CPU times of the host executor, not a performance figure.\n",
+      "Times from the host transport are CPU times of the host executor, not a performance figure. Under mpirun\n"
+      "rank 0 prints the table and writes the receipt; times include the machine's RDMA stack and scheduling.\n",
       max_ranks);
 }
 
@@ -164,7 +175,7 @@ std::vector<algo> parse_algos(const std::string& s, bool* automatic) {
 
 config parse_args(int argc, char** argv) {
   enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt, opt_nccl, opt_no_nccl, opt_devices,
-         opt_parts };
+         opt_parts, opt_mpi };
   static const option long_opts[] = {
       {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
@@ -177,7 +188,7 @@ config parse_args(int argc, char** argv) {
       {"self-test-corrupt", required_argument, nullptr, opt_corrupt},
       {"cudagraph", required_argument, nullptr, 'G'},  {"nccl", no_argument, nullptr, opt_nccl},
       {"no-nccl", no_argument, nullptr, opt_no_nccl},   {"devices", required_argument, nullptr, opt_devices},
-      {"max-parts", required_argument, nullptr, opt_parts},
+      {"max-parts", required_argument, nullptr, opt_parts}, {"mpi", no_argument, nullptr, opt_mpi},
       {nullptr, 0, nullptr, 0}};
   config c;
   int ch;
@@ -214,7 +225,8 @@ config parse_args(int argc, char** argv) {
       case opt_no_nccl: c.nccl = nccl_mode::off; break;
       case opt_devices: c.devices = static_cast<int>(parse_int(optarg, "devices", 1, max_ranks)); break;
       case opt_parts: c.max_parts = static_cast<int>(parse_int(optarg, "max-parts", 1, 1024)); break;
-      case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); break;
+      case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); c.ranks_given = true; break;
+      case opt_mpi: c.mpi = true; c.mpi_why = "--mpi"; break;
       case opt_collective:
         if (std::strcmp(optarg, "all_reduce") == 0) c.coll = collective_kind::all_reduce;
         else if (std::strcmp(optarg, "all_gather") == 0) c.coll = collective_kind::all_gather;
@@ -227,7 +239,9 @@ config parse_args(int argc, char** argv) {
         if (t == "host" || t == "loopback") c.backend = backend_kind::host;
         else if (t == "cuda_loopback" || t == "gpu") c.backend = backend_kind::cuda_loopback;
         else if (t == "cuda_proxy" || t == "cuda_loopback_proxy") c.backend = backend_kind::cuda_proxy;
-        else usage_error("unknown transport '" + t + "': use host, cuda_loopback or cuda_proxy (ibverbs is planned)");
+        else if (t == "ibverbs") c.backend = backend_kind::ibverbs;
+        else if (t == "auto") c.backend = backend_kind::automatic;
+        else usage_error("unknown transport '" + t + "': use host, cuda_loopback, cuda_proxy, or under mpirun ibverbs or auto");
         break;
       }
       case opt_corrupt: c.corrupt_rank = static_cast<int>(parse_int(optarg, "rank", 0, max_ranks - 1)); break;
@@ -236,6 +250,26 @@ config parse_args(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
+  // Launched by an MPI launcher: one rank per process. (OpenMPI sets OMPI_COMM_WORLD_SIZE; MPICH and Slurm's PMI
+  // set PMI_SIZE; PMIx launchers set PMIX_RANK.)
+  if (!c.mpi)
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+      if (const char* x = std::getenv(v)) {
+        c.mpi = true;
+        c.mpi_why = std::string(v) + "=" + x;
+        break;
+      }
+  if (c.mpi) {
+    if (!c.transport_given) c.backend = backend_kind::automatic;
+    if (!per_process(c.backend))
+      usage_error("under mpirun (" + c.mpi_why + ") each process is one rank: use --transport ibverbs or auto, not " +
+                  c.transport_arg + " (which runs every rank as a thread of one process)");
+    if (c.graph_launches > 0 || c.nccl == nccl_mode::on || c.devices > 0 || c.max_parts > 0)
+      usage_error("-G, --nccl, --devices and --max-parts belong to the GPU transports; under mpirun ranks run the host executor");
+  } else if (per_process(c.backend)) {
+    usage_error("--transport " + c.transport_arg + " runs one rank per process: launch it with mpirun, e.g. "
+                "mpirun -np 2 rocenante-perf --transport " + c.transport_arg + " (or pass --mpi)");
+  }
   if (c.min_bytes == 0) c.min_bytes = 1;
   if (c.max_bytes < c.min_bytes) usage_error("maxbytes is below minbytes");
   if (c.transport_given && c.backend == backend_kind::host && c.graph_launches > 0) usage_error("-G needs a GPU transport");
@@ -247,141 +281,6 @@ config parse_args(int argc, char** argv) {
     c.algos = kept;
   }
   return c;
-}
-
-// ---- one row ----------------------------------------------------------------------------------------------
-
-double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-/// Every rank calls with the same arguments. Returns the row; samples, statistics and #wrong are complete on
-/// rank 0, which is the rank that prints.
-template <class A, class T, class Comm, class Boot>
-row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::uint64_t seed) {
-  const int n = boot.size(), me = boot.rank();
-  const bool gather = cfg.coll == collective_kind::all_gather;
-  row out_row;
-  shape_row<T>(out_row, cfg.coll, n, size);
-  out_row.algorithm = A::id;
-  const std::uint64_t count = out_row.count, out_count = gather ? count * n : count;
-
-  std::vector<T> in(count), out(out_count);
-  for (std::uint64_t i = 0; i < count; ++i) in[i] = from_int<T>(input_value(seed, me, i));
-
-  auto call = [&]() -> status {
-    if (gather) {
-      if constexpr (A::supports_all_gather) return comm.template all_gather<A>(in.data(), out.data(), count);
-      return status::not_supported;
-    }
-    return comm.template all_reduce<A>(in.data(), out.data(), count);
-  };
-  status first = status::ok;
-  std::string why;
-  auto note = [&](status s) {
-    if (s != status::ok && first == status::ok) {
-      first = s;
-      why = comm.last_error();
-    }
-  };
-
-  for (int w = 0; w < cfg.warmup; ++w) note(call());
-  std::vector<double> mine(static_cast<std::size_t>(cfg.iters));
-  for (int it = 0; it < cfg.iters; ++it) {
-    boot.barrier();
-    const double t0 = now_us();
-    const status s = call();
-    mine[it] = now_us() - t0;
-    note(s);
-  }
-
-  // Check: one more collective into an output full of NaN bytes, then compare bytes with the expected bytes.
-  std::vector<std::uint8_t> wrong_bits;
-  if (cfg.check) {
-    std::memset(static_cast<void*>(out.data()), 0xff, out_count * sizeof(T));
-    boot.barrier();
-    note(call());
-    if (cfg.corrupt_rank == me) reinterpret_cast<unsigned char*>(out.data())[out_count * sizeof(T) - 1] ^= 1u;
-    wrong_bits.assign((out_count + 7) / 8, 0);
-    for (std::uint64_t j = 0; j < out_count; ++j) {
-      T expect;
-      if (gather) {
-        expect = from_int<T>(input_value(seed, static_cast<int>(j / count), j % count));
-      } else {
-        int sum = 0;
-        for (int q = 0; q < n; ++q) sum += input_value(seed, q, j);
-        expect = from_int<T>(sum);
-      }
-      if (std::memcmp(&expect, &out[j], sizeof(T)) != 0) wrong_bits[j / 8] |= std::uint8_t(1u << (j % 8));
-    }
-  }
-
-  // Gather every rank's samples, status, first error and wrong elements (through the bootstrap, so that a
-  // multi-process backend works the same way).
-  std::vector<double> all(static_cast<std::size_t>(n) * cfg.iters);
-  boot.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
-  struct rank_status {
-    std::uint32_t state;
-    char why[492];
-  } st{static_cast<std::uint32_t>(first), {}};
-  std::snprintf(st.why, sizeof st.why, "%s", why.c_str());
-  std::vector<rank_status> statuses(static_cast<std::size_t>(n));
-  boot.all_gather(&st, statuses.data(), sizeof st);
-  // Report the root cause: a mismatch seen by one rank makes its peers time out waiting, so prefer it.
-  for (int q = 0; q < n; ++q)
-    if (statuses[q].state != 0 && (out_row.state == status::ok || (out_row.state != status::mismatch &&
-                                                                   statuses[q].state == std::uint32_t(status::mismatch)))) {
-      out_row.state = static_cast<status>(statuses[q].state);
-      out_row.failed_rank = q;
-      out_row.error = statuses[q].why;
-    }
-  if (cfg.check && !wrong_bits.empty()) {
-    std::vector<std::uint8_t> all_bits(wrong_bits.size() * n);
-    boot.all_gather(wrong_bits.data(), all_bits.data(), wrong_bits.size());
-    for (std::size_t b = 0; b < wrong_bits.size(); ++b) {
-      std::uint8_t any = 0;
-      for (int q = 0; q < n; ++q) any |= all_bits[q * wrong_bits.size() + b];
-      out_row.wrong += static_cast<std::uint64_t>(__builtin_popcount(any));
-    }
-  }
-
-  finish_row(out_row, all, n, cfg.iters, cfg.coll);
-  return out_row;
-}
-
-// ---- the sweep, generic over transport and bootstrap -----------------------------------------------------
-
-/// One rank's whole sweep. Every rank calls with the same arguments; rank 0 prints and fills `rows`.
-template <class Transport, class Boot>
-void run_rank(Boot& boot, const config& cfg, std::vector<row>& rows) {
-  options opts;
-  opts.capacity_bytes = capacity_for(cfg);
-  opts.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
-  host::communicator<Transport> comm(boot, opts);
-  const auto sizes = sweep_sizes(cfg);
-  std::uint64_t seed = 1;
-  for (dtype t : cfg.dtypes) {
-    for (algo a : cfg.algos) {
-      for (std::uint64_t size : sizes) {
-        ++seed;
-        const std::uint64_t unit = (t == dtype::f32 ? 4 : 2) * (cfg.coll == collective_kind::all_gather ? boot.size() : 1);
-        if (size < unit) continue;  // not one element per rank at this size
-        row r;
-        auto run_one = [&]<class T>(T*) {
-          r = a == algo::ring ? measure<algorithm::ring, T>(comm, boot, cfg, size, seed)
-                              : measure<algorithm::one_shot, T>(comm, boot, cfg, size, seed);
-        };
-        if (t == dtype::f32) run_one(static_cast<float*>(nullptr));
-        else if (t == dtype::f16) run_one(static_cast<__half*>(nullptr));
-        else run_one(static_cast<__nv_bfloat16*>(nullptr));
-        if (boot.rank() == 0) {
-          print_row(r, cfg.coll);
-          rows.push_back(r);
-        }
-        if (r.state != status::ok) return;  // every rank saw the same gathered status: stop together
-      }
-    }
-  }
 }
 
 // ---- the host backend --------------------------------------------------------------------------------------
@@ -412,14 +311,9 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-struct provenance {
-  std::string commit = "unknown";
-  std::string dirty = "unknown";  // "true", "false" or "unknown"
-  std::string date, host = "unknown";
-  std::string commit_source = "none";  // "git", ".deps/commit" or "none"
-};
+}  // namespace
 
-provenance read_provenance() {
+provenance rocenante::perf::read_provenance() {
   provenance p;
   const std::string git = "git -C " + shell_quote(ROCENANTE_SOURCE_DIR);
   bool ok = false;
@@ -452,6 +346,8 @@ provenance read_provenance() {
   return p;
 }
 
+namespace {
+
 std::string json_string(const std::string& s) {
   std::string o = "\"";
   for (unsigned char c : s) {
@@ -481,6 +377,7 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
     cmd += shell_quote(argv[i]);
   }
   const bool on_host = cfg.backend == backend_kind::host;
+  const bool mpi = per_process(cfg.backend);
   std::fprintf(f, "{\n  \"tool\": \"rocenante-perf\",\n  \"version\": \"%d.%d.%d\",\n", ROCENANTE_VERSION_MAJOR,
                ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH);
   std::fprintf(f, "  \"command_line\": %s,\n  \"argv\": [", json_string(cmd).c_str());
@@ -489,8 +386,24 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                json_string(p.commit).c_str(), p.dirty == "unknown" ? "\"unknown\"" : p.dirty.c_str(),
                json_string(p.commit_source).c_str());
   std::fprintf(f, "  \"date\": %s,\n  \"host\": %s,\n  \"transport\": %s,\n  \"ranks\": %d,\n",
-               json_string(p.date).c_str(), json_string(p.host).c_str(), json_string(to_string(cfg.backend)).c_str(),
-               cfg.ranks);
+               json_string(p.date).c_str(), json_string(p.host).c_str(),
+               json_string(mpi ? facts.transport : std::string(to_string(cfg.backend))).c_str(), cfg.ranks);
+  if (mpi) {
+    // One rank per process: how it was launched, what the ranks decided at start-up, and where each rank ran.
+    std::fprintf(f, "  \"launch\": \"mpirun\",\n  \"launch_detected_by\": %s,\n  \"transport_requested\": %s,\n",
+                 json_string(cfg.mpi_why).c_str(), json_string(to_string(cfg.backend)).c_str());
+    std::fprintf(f, "  \"selection\": %s,\n  \"mpi_library\": %s,\n  \"rank_hosts\": [", json_string(facts.selection).c_str(),
+                 json_string(facts.mpi_library).c_str());
+    for (std::size_t i = 0; i < facts.rank_hosts.size(); ++i)
+      std::fprintf(f, "%s%s", i ? ", " : "", json_string(facts.rank_hosts[i]).c_str());
+    std::fprintf(f, "],\n  \"rank_devices\": [");
+    for (std::size_t i = 0; i < facts.rank_devices.size(); ++i)
+      std::fprintf(f, "%s%s", i ? ", " : "", json_string(facts.rank_devices[i]).c_str());
+    std::fprintf(f, "],\n  \"environment_rank0\": [");
+    for (std::size_t i = 0; i < facts.environment.size(); ++i)
+      std::fprintf(f, "%s%s", i ? ", " : "", json_string(facts.environment[i]).c_str());
+    std::fprintf(f, "],\n  \"timeout_s\": %s,\n", json_number(cfg.timeout_s).c_str());
+  }
   std::fprintf(f, "  \"collective\": \"%s\",\n  \"op\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n",
                to_string(cfg.coll), cfg.coll == collective_kind::all_reduce ? "sum" : "none", cfg.iters, cfg.warmup);
   std::fprintf(f, "  \"graph_launches\": %d,\n  \"mode\": \"%s\",\n  \"algo_auto\": %s,\n", cfg.graph_launches,
@@ -499,13 +412,20 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                static_cast<unsigned long long>(capacity_for(cfg)),
                json_string(on_host ? "per iteration: the slowest rank's steady_clock time of one call, after a "
                                      "barrier; median and p99 (nearest rank) over iterations"
-                                   : facts.time_method)
+                           : mpi ? "per iteration: every rank (process) times its own call with steady_clock after an "
+                                   "MPI_Barrier (bootstrap::mpi); a sample is the slowest rank's; median and p99 (nearest "
+                                   "rank) over iterations"
+                                 : facts.time_method)
                    .c_str());
   std::fprintf(f, "  \"note\": %s,\n",
                json_string(on_host ? "CPU host executor over the in-process loopback transport: not a performance figure"
-                                   : "GPU executor; ranks are threads of this process, each on its own stream")
+                           : mpi ? "CPU host executor, one rank per process (mpirun), transport " + facts.transport +
+                                       ": times include the path between the processes (for ibverbs, the RDMA stack), "
+                                       "the CPUs and the scheduler; rank_hosts says where it ran (softroce-vm: Soft-RoCE "
+                                       "in an emulated VM, not a hardware figure)"
+                                 : "GPU executor; ranks are threads of this process, each on its own stream")
                    .c_str());
-  if (!on_host)
+  if (!on_host && !mpi)
     std::fprintf(f, "  \"max_parts\": %u,\n  \"min_part_bytes\": %llu,\n  \"timeout_s\": %s,\n", facts.max_parts,
                  static_cast<unsigned long long>(facts.min_part_bytes), json_number(cfg.timeout_s).c_str());
   std::fprintf(f, "  \"nccl\": %s,\n  \"cuda_runtime\": %s,\n  \"driver\": %s,\n  \"rank_device\": [",
@@ -533,8 +453,14 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                  i ? "," : "", r.impl.c_str(), static_cast<unsigned long long>(r.bytes),
                  static_cast<unsigned long long>(r.count), to_string(r.type), r.label().c_str());
     std::fprintf(f, "\"graph\": %s, \"collectives_per_sample\": %d, ", r.graph ? "true" : "false", r.iters_per_sample);
-    std::fprintf(f, "\"status\": \"%s\", \"error\": %s,\n     \"samples_us\": [", to_string(r.state),
-                 json_string(r.error).c_str());
+    std::fprintf(f, "\"status\": \"%s\", \"error\": %s,\n     ", to_string(r.state), json_string(r.error).c_str());
+    if (!r.rank_errors.empty()) {
+      std::fprintf(f, "\"rank_errors\": [");
+      for (std::size_t q = 0; q < r.rank_errors.size(); ++q)
+        std::fprintf(f, "%s%s", q ? ", " : "", json_string(r.rank_errors[q]).c_str());
+      std::fprintf(f, "],\n     ");
+    }
+    std::fprintf(f, "\"samples_us\": [");
     for (std::size_t s = 0; s < r.samples_us.size(); ++s)
       std::fprintf(f, "%s%s", s ? ", " : "", json_number(r.samples_us[s]).c_str());
     std::fprintf(f, "],\n     \"rank_samples_us\": [");
@@ -559,25 +485,26 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
 
 namespace rocenante::perf {
 
-void print_row(const row& r, collective_kind c) {
-  char wrong[32];
+void print_row(const row& r, collective_kind c, bool p99) {
+  char wrong[32], p99_col[24] = "";
   if (r.state != status::ok) std::snprintf(wrong, sizeof wrong, "%s", to_string(r.state));
   else std::snprintf(wrong, sizeof wrong, "%llu", static_cast<unsigned long long>(r.wrong));
-  std::printf("%12llu  %12llu  %8s  %6s  %9s  %10.2f  %11.3f  %11.3f  %6s\n", static_cast<unsigned long long>(r.bytes),
+  if (p99) std::snprintf(p99_col, sizeof p99_col, "  %10.2f", r.p99_us);
+  std::printf("%12llu  %12llu  %8s  %6s  %9s  %10.2f%s  %11.3f  %11.3f  %6s\n", static_cast<unsigned long long>(r.bytes),
               static_cast<unsigned long long>(r.count), to_string(r.type),
-              c == collective_kind::all_reduce ? "sum" : "none", r.label().c_str(), r.median_us, r.algbw, r.busbw,
-              wrong);
+              c == collective_kind::all_reduce ? "sum" : "none", r.label().c_str(), r.median_us, p99_col, r.algbw,
+              r.busbw, wrong);
   if (r.state != status::ok)  // the library's message names the rank
     std::printf("# %s\n", r.error.empty() ? ("rank " + std::to_string(r.failed_rank) + ": no message").c_str()
                                            : r.error.c_str());
   std::fflush(stdout);
 }
 
-void print_columns() {
-  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "size", "count", "type", "redop", "algorithm",
-              "time", "algbw", "busbw", "#wrong");
-  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s  %11s  %11s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-              "(GB/s)", "(GB/s)", "");
+void print_columns(bool p99) {
+  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s%s  %11s  %11s  %6s\n", "size", "count", "type", "redop", "algorithm",
+              "time", p99 ? "         p99" : "", "algbw", "busbw", "#wrong");
+  std::printf("# %10s  %12s  %8s  %6s  %9s  %10s%s  %11s  %11s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+              p99 ? "        (us)" : "", "(GB/s)", "(GB/s)", "");
   std::fflush(stdout);
 }
 
@@ -590,6 +517,68 @@ int gpu_count(std::string* why) {
 void run_gpu(const config&, std::vector<row>&, run_facts&) {}
 #endif
 
+#ifndef ROCENANTE_PERF_MPI
+// Built without MPI: no rank-per-process mode.
+std::string mpi_unavailable() { return "this build has no MPI (no MPI was found at configure time: apt-get install libopenmpi-dev)"; }
+int run_mpi(int, char**, config) { return 2; }
+#endif
+
+void print_provenance_and_sweep(const config& cfg, const provenance& prov) {
+  std::string types;
+  for (dtype t : cfg.dtypes) {
+    if (!types.empty()) types += ',';
+    types += to_string(t);
+  }
+  std::string algos;
+  for (algo a : cfg.algos) {
+    if (!algos.empty()) algos += ',';
+    algos += algo_name(a);
+  }
+  std::printf("# commit %s%s, host %s, %s\n", prov.commit.c_str(),
+              prov.dirty == "true" ? " (dirty)" : "", prov.host.c_str(),
+              prov.date.c_str());
+  std::printf("# minBytes %llu maxBytes %llu step: %s warmup iters: %d iters: %d validation: %d graph: %d types: %s "
+              "algorithms: %s\n",
+              static_cast<unsigned long long>(cfg.min_bytes), static_cast<unsigned long long>(cfg.max_bytes),
+              cfg.step_bytes ? (std::to_string(cfg.step_bytes) + "(bytes)").c_str()
+                             : (json_number(cfg.step_factor) + "(factor)").c_str(),
+              cfg.warmup, cfg.iters, cfg.check ? 1 : 0, cfg.graph_launches, types.c_str(), algos.c_str());
+  if (cfg.algo_auto)
+    std::printf("# --algo auto: the library's default choice, one_shot (no size-based selection exists yet)\n");
+}
+
+int finish_run(int argc, char** argv, const config& cfg, const provenance& prov, const run_facts& facts,
+               const std::vector<row>& rows, bool crashed, bool print) {
+  std::uint64_t wrong = 0;
+  bool all_ok = !crashed;
+  double busbw_sum = 0;
+  int busbw_rows = 0;
+  for (const row& r : rows) {
+    wrong += r.wrong;
+    if (r.impl == "rocenante") {
+      busbw_sum += r.busbw;
+      ++busbw_rows;
+    }
+    if (r.state != status::ok) all_ok = false;
+  }
+  const bool passed = all_ok && wrong == 0;
+  if (!print) return passed ? 0 : 1;
+  const bool on_host = cfg.backend == backend_kind::host;
+  std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), passed ? "OK" : "FAILED");
+  std::printf("# Avg bus bandwidth    : %.4g%s\n", busbw_rows == 0 ? 0.0 : busbw_sum / busbw_rows,
+              on_host ? "  (CPU host executor: not a performance figure)" : "  (library rows only)");
+  std::printf("#\n");
+  std::fflush(stdout);
+
+  if (!cfg.json_path.empty()) {
+    if (!write_json(cfg.json_path, argc, argv, cfg, prov, facts, rows, passed)) {
+      std::fprintf(stderr, "rocenante-perf: could not write %s: %s\n", cfg.json_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
+  return passed ? 0 : 1;
+}
+
 }  // namespace rocenante::perf
 
 int main(int argc, char** argv) {
@@ -598,6 +587,15 @@ int main(int argc, char** argv) {
   // (before the first CUDA call; a value the user set is kept).
   ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   config cfg = parse_args(argc, argv);
+  if (cfg.mpi) {  // one rank per process (perf/mpi.cpp)
+    const std::string why = mpi_unavailable();
+    if (!why.empty()) {
+      std::fprintf(stderr, "rocenante-perf: launched for one rank per process (%s), but %s\n", cfg.mpi_why.c_str(),
+                   why.c_str());
+      return 2;
+    }
+    return run_mpi(argc, argv, cfg);
+  }
   std::string no_gpu_why;
   if (!cfg.transport_given) {
     // Default: the GPU when this build has the GPU path and one is present, else the host executor.
@@ -610,16 +608,6 @@ int main(int argc, char** argv) {
   if (on_host && cfg.graph_launches > 0) usage_error("-G needs a GPU transport (no GPU: " + no_gpu_why + ")");
 
   const provenance prov = read_provenance();
-  std::string types;
-  for (dtype t : cfg.dtypes) {
-    if (!types.empty()) types += ',';
-    types += to_string(t);
-  }
-  std::string algos;
-  for (algo a : cfg.algos) {
-    if (!algos.empty()) algos += ',';
-    algos += algo_name(a);
-  }
   const char* description = on_host ? "CPU host executor; ranks are threads of this process"
                             : cfg.backend == backend_kind::cuda_loopback
                                 ? "GPU executor, windows in GPU memory; ranks are threads of this process, one stream each"
@@ -627,17 +615,7 @@ int main(int argc, char** argv) {
   std::printf("# rocenante-perf %d.%d.%d: %s, %d ranks, transport %s (%s)\n", ROCENANTE_VERSION_MAJOR,
               ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH, to_string(cfg.coll), cfg.ranks, to_string(cfg.backend),
               description);
-  std::printf("# commit %s%s, host %s, %s\n", prov.commit.c_str(),
-              prov.dirty == "true" ? " (dirty)" : "", prov.host.c_str(),
-              prov.date.c_str());
-  std::printf("# minBytes %llu maxBytes %llu step: %s warmup iters: %d iters: %d validation: %d graph: %d types: %s "
-              "algorithms: %s\n",
-              static_cast<unsigned long long>(cfg.min_bytes), static_cast<unsigned long long>(cfg.max_bytes),
-              cfg.step_bytes ? (std::to_string(cfg.step_bytes) + "(bytes)").c_str()
-                             : (json_number(cfg.step_factor) + "(factor)").c_str(),
-              cfg.warmup, cfg.iters, cfg.check ? 1 : 0, cfg.graph_launches, types.c_str(), algos.c_str());
-  if (cfg.algo_auto)
-    std::printf("# --algo auto: the library's default choice, one_shot (no size-based selection exists yet)\n");
+  print_provenance_and_sweep(cfg, prov);
   if (on_host) {
     std::printf("# CPU host executor: times are CPU threads' times, not a GPU or network performance figure\n");
     std::printf("# time: median over iterations of the slowest rank's time (p99 and raw samples: -J FILE)\n#\n");
@@ -659,30 +637,5 @@ int main(int argc, char** argv) {
     crashed = true;
   }
 
-  std::uint64_t wrong = 0;
-  bool all_ok = !crashed;
-  double busbw_sum = 0;
-  int busbw_rows = 0;
-  for (const row& r : rows) {
-    wrong += r.wrong;
-    if (r.impl == "rocenante") {
-      busbw_sum += r.busbw;
-      ++busbw_rows;
-    }
-    if (r.state != status::ok) all_ok = false;
-  }
-  const bool passed = all_ok && wrong == 0;
-  std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), passed ? "OK" : "FAILED");
-  std::printf("# Avg bus bandwidth    : %.4g%s\n", busbw_rows == 0 ? 0.0 : busbw_sum / busbw_rows,
-              on_host ? "  (CPU host executor: not a performance figure)" : "  (library rows only)");
-  std::printf("#\n");
-  std::fflush(stdout);
-
-  if (!cfg.json_path.empty()) {
-    if (!write_json(cfg.json_path, argc, argv, cfg, prov, facts, rows, passed)) {
-      std::fprintf(stderr, "rocenante-perf: could not write %s: %s\n", cfg.json_path.c_str(), std::strerror(errno));
-      return 1;
-    }
-  }
-  return passed ? 0 : 1;
+  return finish_run(argc, argv, cfg, prov, facts, rows, crashed, true);
 }

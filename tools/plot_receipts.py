@@ -3,6 +3,7 @@
 
     python3 tools/plot_receipts.py docs/results/<run>/*.json -o docs/results/<run>/plots
     python3 tools/plot_receipts.py a.json b.json --overlay -o plots      # one figure per dtype, all receipts
+    python3 tools/plot_receipts.py perf-mpirun-np*.json --overlay --label "Soft-RoCE in a QEMU TCG VM" -o plots
 
 Default: one PNG per receipt and dtype, one line per algorithm (one_shot, ring, and nccl where the receipt has
 NCCL rows): median time of the slowest rank (marker) with its p99 (thin line above). --overlay draws every
@@ -10,7 +11,10 @@ receipt on one figure per dtype (labels: algorithm, ranks, eager/graph), for eag
 comparisons. Rows whose status is not ok or whose #wrong is not 0 are not plotted; they are listed on stderr.
 
 Every figure names its receipt file and the commit it was built from; receipts from the CPU host executor are
-titled as such (not a performance figure). Needs matplotlib (pip install matplotlib).
+titled as such (not a performance figure). Receipts from `mpirun` runs (one rank per process, "launch": "mpirun")
+are titled with the transport and the host they ran on, and carry the receipt's note; --label adds a line of your
+own to every title (e.g. the conditions a receipt cannot know, such as an emulated VM). Needs matplotlib (pip
+install matplotlib).
 """
 import argparse
 import collections
@@ -51,7 +55,12 @@ def mode(r):
 
 def describe(r, path):
     gpu = r.get("gpus") or []
-    where = gpu[0]["name"] if gpu else "CPU host executor (not a performance figure)"
+    if r.get("launch") == "mpirun":
+        hosts = sorted({h.split(" pid ")[0] for h in r.get("rank_hosts", [])}) or [r.get("host", "?")]
+        where = (f"CPU host executor, one rank per process (mpirun), transport {r.get('transport')}, "
+                 f"host(s) {', '.join(hosts)}")
+    else:
+        where = gpu[0]["name"] if gpu else "CPU host executor (not a performance figure)"
     commit = r.get("git_commit", "unknown")[:12] + (" dirty" if r.get("git_dirty") is True else "")
     return where, commit
 
@@ -82,7 +91,11 @@ def axes_setup(ax, title, note):
     ax.text(0.0, -0.16, note, transform=ax.transAxes, fontsize=7, va="top", ha="left", wrap=True)
 
 
-def plot_one(path, r, outdir):
+def mode_text(r):
+    return "mpirun" if r.get("launch") == "mpirun" else mode(r)
+
+
+def plot_one(path, r, outdir, label):
     where, commit = describe(r, path)
     by_type = collections.defaultdict(dict)
     for (t, algo), pts in series(r).items():
@@ -95,9 +108,11 @@ def plot_one(path, r, outdir):
             xs = [p[0] for p in pts]
             ax.plot(xs, [p[1] for p in pts], marker=marker, color=color, label=f"{algo} median")
             ax.plot(xs, [p[2] for p in pts], linestyle=":", color=color, linewidth=0.8, label=f"{algo} p99")
-        title = (f"{r['collective']} {t}, {r['ranks']} ranks, {r['transport']}, {mode(r)}\n{where}")
+        title = (f"{r['collective']} {t}, {r['ranks']} ranks, {r['transport']}, {mode_text(r)}\n{where}" +
+                 (f"\n{label}" if label else ""))
         note = (f"receipt: {os.path.basename(path)}  commit {commit}  {r.get('date', '')}\n"
-                f"{r.get('command_line', '')}\nNCCL: {r.get('nccl', 'n/a')}")
+                f"{r.get('command_line', '')}\nNCCL: {r.get('nccl', 'n/a')}" +
+                (f"\n{r['note']}" if r.get("launch") == "mpirun" and r.get("note") else ""))
         axes_setup(ax, title, note)
         ax.legend(fontsize=8)
         fig.tight_layout()
@@ -111,7 +126,7 @@ def plot_one(path, r, outdir):
 SHADES = {"one_shot": "Blues", "ring": "Oranges", "nccl": "Greens"}
 
 
-def plot_overlay(receipts, outdir):
+def plot_overlay(receipts, outdir, label):
     by_type = collections.defaultdict(list)  # type -> [(label, pts, algo, mode, ranks)]
     commits, paths = set(), []
     for path, r in receipts:
@@ -119,22 +134,24 @@ def plot_overlay(receipts, outdir):
         commits.add(commit)
         paths.append(os.path.basename(path))
         for (t, algo), pts in series(r).items():
-            by_type[t].append((f"{algo}, {r['ranks']} ranks, {mode(r)}", pts, algo, mode(r), r["ranks"]))
+            by_type[t].append((f"{algo}, {r['ranks']} ranks, {mode_text(r)}", pts, algo, mode(r), r["ranks"]))
     rank_counts = sorted({r["ranks"] for _, r in receipts})
     written = []
     for t, lines in sorted(by_type.items()):
         fig, ax = plt.subplots(figsize=(8.5, 5.5))
-        for label, pts, algo, m, n in sorted(lines):
+        for name, pts, algo, m, n in sorted(lines):
             _, marker = STYLE.get(algo, ("black", "x"))
             # one hue per algorithm, darker for more ranks; solid = graph, dashed = eager
             shade = 0.45 + 0.5 * (rank_counts.index(n) + 1) / len(rank_counts)
             color = matplotlib.colormaps[SHADES.get(algo, "Greys")](shade)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=3, color=color,
-                    linestyle="-" if m == "graph" else "--", label=label, alpha=0.9)
+                    linestyle="-" if m == "graph" else "--", label=name, alpha=0.9)
         where = " / ".join(sorted({describe(r, p)[0] for p, r in receipts}))
-        axes_setup(ax, f"{receipts[0][1]['collective']} {t}, median of the slowest rank\n{where}",
+        gpu_runs = any(r.get("gpus") for _, r in receipts)
+        axes_setup(ax, f"{receipts[0][1]['collective']} {t}, median of the slowest rank\n{where}" +
+                   (f"\n{label}" if label else ""),
                    "receipts: " + ", ".join(paths) + "\ncommit(s): " + ", ".join(sorted(commits)) +
-                   "   solid: CUDA graph, dashed: eager")
+                   ("   solid: CUDA graph, dashed: eager" if gpu_runs else "   dashed: eager (host executor)"))
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         name = f"overlay-{t}.png"
@@ -149,11 +166,12 @@ def main():
     ap.add_argument("receipts", nargs="+", help="rocenante-perf JSON receipts")
     ap.add_argument("-o", "--outdir", default="plots", help="folder for the PNGs (default: plots)")
     ap.add_argument("--overlay", action="store_true", help="one figure per dtype with every receipt on it")
+    ap.add_argument("--label", default="", help="an extra title line on every figure (conditions the receipt cannot know)")
     args = ap.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     receipts = [(p, load(p)) for p in args.receipts]
-    written = plot_overlay(receipts, args.outdir) if args.overlay else \
-        [n for p, r in receipts for n in plot_one(p, r, args.outdir)]
+    written = plot_overlay(receipts, args.outdir, args.label) if args.overlay else \
+        [n for p, r in receipts for n in plot_one(p, r, args.outdir, args.label)]
     for n in written:
         print(os.path.join(args.outdir, n))
     if not written:

@@ -1,7 +1,8 @@
 // benchmarks/perf/perf.hpp — what rocenante-perf's translation units share: the configuration parsed from the
 // command line, one result row, the data pattern and its check, and the statistics of a row. The host path
-// lives in rocenante_perf.cpp; the GPU path (gpu::communicator and NCCL side by side) in perf/gpu.cu, compiled
-// only when nvcc is found.
+// lives in rocenante_perf.cpp and perf/host_sweep.hpp; the GPU path (gpu::communicator and NCCL side by side) in
+// perf/gpu.cu, compiled only when nvcc is found; one rank per process under mpirun in perf/mpi.cpp, compiled only
+// when MPI is found.
 #pragma once
 
 #include <algorithm>
@@ -21,9 +22,11 @@ using algorithm::algo;
 
 enum class collective_kind { all_reduce, all_gather };
 
-/// The backend that runs the rows. `host` is the CPU host executor (ranks are CPU threads); the other two run
-/// gpu::communicator ranks as threads of this process, each rank on its own stream.
-enum class backend_kind { host, cuda_loopback, cuda_proxy };
+/// The backend that runs the rows. `host` is the CPU host executor (ranks are CPU threads); cuda_loopback and
+/// cuda_proxy run gpu::communicator ranks as threads of this process, each rank on its own stream. `ibverbs` and
+/// `automatic` run one rank per process under mpirun (host executor, host::selected_communicator): ibverbs forced,
+/// or the start-up selection (ROCENANTE_TRANSPORT from the environment, unset = auto).
+enum class backend_kind { host, cuda_loopback, cuda_proxy, ibverbs, automatic };
 
 /// How NCCL is run beside the library: `automatic` runs it where it can run (one rank per GPU, NCCL loadable).
 enum class nccl_mode { automatic, on, off };
@@ -34,8 +37,17 @@ enum class algo_choice { one_shot, ring, automatic };
 
 inline const char* to_string(collective_kind c) { return c == collective_kind::all_reduce ? "all_reduce" : "all_gather"; }
 inline const char* to_string(backend_kind b) {
-  return b == backend_kind::host ? "host" : b == backend_kind::cuda_loopback ? "cuda_loopback" : "cuda_proxy";
+  switch (b) {
+    case backend_kind::host: return "host";
+    case backend_kind::cuda_loopback: return "cuda_loopback";
+    case backend_kind::cuda_proxy: return "cuda_proxy";
+    case backend_kind::ibverbs: return "ibverbs";
+    case backend_kind::automatic: return "auto";
+  }
+  return "?";
 }
+/// Whether the backend runs one rank per process (under mpirun).
+inline bool per_process(backend_kind b) { return b == backend_kind::ibverbs || b == backend_kind::automatic; }
 inline const char* algo_name(algo a) { return a == algo::ring ? "ring" : "one_shot"; }
 
 struct config {
@@ -51,6 +63,9 @@ struct config {
   bool algo_auto = false;  // --algo auto was given (runs one_shot, labelled)
   collective_kind coll = collective_kind::all_reduce;
   int ranks = 4;
+  bool ranks_given = false;
+  bool mpi = false;  // one rank per process: --mpi, or an MPI launcher's variables in the environment
+  std::string mpi_why;  // what made it an MPI run ("--mpi", "OMPI_COMM_WORLD_SIZE=4", ...)
   bool transport_given = false;
   backend_kind backend = backend_kind::host;
   std::string transport_arg;  // as typed
@@ -81,6 +96,7 @@ struct row {
   status state = status::ok;
   int failed_rank = -1;
   std::string error;
+  std::vector<std::string> rank_errors;  // when the row failed: per rank "<status>: <its first error>", "" if ok
   std::string label() const { return impl == "nccl" ? std::string("nccl") : std::string(algo_name(algorithm)); }
 };
 
@@ -104,6 +120,14 @@ struct run_facts {
   std::uint32_t max_parts = 0;       // GPU: options::max_parts every communicator used (CTAs per collective, at most)
   std::uint64_t min_part_bytes = 0;  // GPU: options::min_part_bytes
   std::vector<std::string> notes;
+  // One rank per process (perf/mpi.cpp); empty otherwise.
+  std::string launch = "threads";  // "threads" (ranks are threads of this process) or "mpirun"
+  std::string transport;           // the transport the start-up selection chose ("ibverbs", "loopback")
+  std::string selection;           // its decision line (host::selection::summary())
+  std::string mpi_library;         // MPI_Get_library_version, first line
+  std::vector<std::string> rank_hosts;    // per rank: "host pid N"
+  std::vector<std::string> rank_devices;  // per rank: the RDMA devices its transport uses (ibverbs), or ""
+  std::vector<std::string> environment;   // rank 0's ROCENANTE_* variables (NAME=value)
 };
 
 /// Small integer in [-4, 4] for (seed, rank, index): exact in fp32, fp16 and bf16, and so is any sum of 16.
@@ -172,9 +196,35 @@ inline void finish_row(row& r, const std::vector<double>& all, int n, int sample
   }
 }
 
-void print_row(const row& r, collective_kind c);
+/// One line of the table; `p99` adds the p99 column after `time` (one rank per process only).
+void print_row(const row& r, collective_kind c, bool p99 = false);
 /// The two column-header lines of the table.
-void print_columns();
+void print_columns(bool p99 = false);
+
+// ---- shared by the launch modes (rocenante_perf.cpp) ---------------------------------------------------------
+
+struct provenance {
+  std::string commit = "unknown";
+  std::string dirty = "unknown";  // "true", "false" or "unknown"
+  std::string date, host = "unknown";
+  std::string commit_source = "none";  // "git", ".deps/commit" or "none"
+};
+/// The git commit of the source tree this binary was built from, its dirty flag, the host name and the date.
+provenance read_provenance();
+/// "# commit ..., host ..., date" and "# minBytes ... maxBytes ..." lines of the header.
+void print_provenance_and_sweep(const config& cfg, const provenance& p);
+/// Prints the trailer ("# Out of bounds values : N OK|FAILED", average bus bandwidth), writes the JSON receipt
+/// when -J was given; returns the exit status (0 passed, 1 otherwise). `print`: this process prints (rank 0).
+int finish_run(int argc, char** argv, const config& cfg, const provenance& p, const run_facts& facts,
+               const std::vector<row>& rows, bool crashed, bool print);
+
+// ---- one rank per process under mpirun (perf/mpi.cpp); declared always, defined only in builds with MPI ---------
+
+/// Empty when this build can run one rank per process; else why not.
+std::string mpi_unavailable();
+/// The whole run of one rank-process: MPI_Init, set-up, sweep, rank 0's table and receipt, MPI_Finalize. Returns
+/// the exit status, the same on every rank.
+int run_mpi(int argc, char** argv, config cfg);
 
 // ---- the GPU path (perf/gpu.cu); declared always, defined only in builds with nvcc --------------------------
 

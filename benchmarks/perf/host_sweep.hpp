@@ -1,0 +1,173 @@
+// benchmarks/perf/host_sweep.hpp — the host executor's measurement, generic over the communicator and the
+// bootstrap: one row (warm-up, timed iterations after a barrier, the byte-exact check, every rank's samples and
+// verdict gathered through the bootstrap) and the whole sweep. Used by rocenante_perf.cpp (ranks as threads,
+// host::communicator<loopback>) and perf/mpi.cpp (one rank per process under mpirun, host::selected_communicator).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <rocenante/rocenante.hpp>
+
+#include "perf.hpp"
+
+namespace rocenante::perf {
+
+// ---- one row ----------------------------------------------------------------------------------------------
+
+inline double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Every rank calls with the same arguments. Returns the row, the same on every rank: samples, statistics, status
+/// and #wrong are gathered through the bootstrap. `Comm` is host::communicator<Transport> or
+/// host::selected_communicator (the calls name the algorithm with a tag, which both accept).
+template <class A, class T, class Comm, class Boot>
+row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::uint64_t seed) {
+  const int n = boot.size(), me = boot.rank();
+  const bool gather = cfg.coll == collective_kind::all_gather;
+  row out_row;
+  shape_row<T>(out_row, cfg.coll, n, size);
+  out_row.algorithm = A::id;
+  const std::uint64_t count = out_row.count, out_count = gather ? count * n : count;
+
+  std::vector<T> in(count), out(out_count);
+  for (std::uint64_t i = 0; i < count; ++i) in[i] = from_int<T>(input_value(seed, me, i));
+
+  auto call = [&]() -> status {
+    if (gather) {
+      if constexpr (A::supports_all_gather) return comm.all_gather(in.data(), out.data(), count);  // one_shot
+      return status::not_supported;
+    }
+    return comm.all_reduce(in.data(), out.data(), count, A{});
+  };
+  status first = status::ok;
+  std::string why;
+  auto note = [&](status s) {
+    if (s != status::ok && first == status::ok) {
+      first = s;
+      why = comm.last_error();
+    }
+  };
+
+  for (int w = 0; w < cfg.warmup; ++w) note(call());
+  std::vector<double> mine(static_cast<std::size_t>(cfg.iters));
+  for (int it = 0; it < cfg.iters; ++it) {
+    boot.barrier();
+    const double t0 = now_us();
+    const status s = call();
+    mine[it] = now_us() - t0;
+    note(s);
+  }
+
+  // Check: one more collective into an output full of NaN bytes, then compare bytes with the expected bytes.
+  std::vector<std::uint8_t> wrong_bits;
+  if (cfg.check) {
+    std::memset(static_cast<void*>(out.data()), 0xff, out_count * sizeof(T));
+    boot.barrier();
+    note(call());
+    if (cfg.corrupt_rank == me) reinterpret_cast<unsigned char*>(out.data())[out_count * sizeof(T) - 1] ^= 1u;
+    wrong_bits.assign((out_count + 7) / 8, 0);
+    for (std::uint64_t j = 0; j < out_count; ++j) {
+      T expect;
+      if (gather) {
+        expect = from_int<T>(input_value(seed, static_cast<int>(j / count), j % count));
+      } else {
+        int sum = 0;
+        for (int q = 0; q < n; ++q) sum += input_value(seed, q, j);
+        expect = from_int<T>(sum);
+      }
+      if (std::memcmp(&expect, &out[j], sizeof(T)) != 0) wrong_bits[j / 8] |= std::uint8_t(1u << (j % 8));
+    }
+  }
+
+  // Gather every rank's samples, status, first error and wrong elements (through the bootstrap, so that a
+  // multi-process backend works the same way).
+  std::vector<double> all(static_cast<std::size_t>(n) * cfg.iters);
+  boot.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
+  struct rank_status {
+    std::uint32_t state;
+    char why[492];
+  } st{static_cast<std::uint32_t>(first), {}};
+  std::snprintf(st.why, sizeof st.why, "%s", why.c_str());
+  std::vector<rank_status> statuses(static_cast<std::size_t>(n));
+  boot.all_gather(&st, statuses.data(), sizeof st);
+  // Report the root cause: a mismatch seen by one rank makes its peers time out waiting, so prefer it.
+  for (int q = 0; q < n; ++q)
+    if (statuses[q].state != 0 && (out_row.state == status::ok || (out_row.state != status::mismatch &&
+                                                                   statuses[q].state == std::uint32_t(status::mismatch)))) {
+      out_row.state = static_cast<status>(statuses[q].state);
+      out_row.failed_rank = q;
+      out_row.error = statuses[q].why;
+    }
+  if (out_row.state != status::ok)  // every rank's own first error: the root cause may sit on another rank
+    for (int q = 0; q < n; ++q)
+      out_row.rank_errors.push_back(statuses[q].state == 0 ? std::string()
+                                                           : std::string(to_string(static_cast<status>(statuses[q].state))) +
+                                                                 ": " + statuses[q].why);
+  if (cfg.check && !wrong_bits.empty()) {
+    std::vector<std::uint8_t> all_bits(wrong_bits.size() * n);
+    boot.all_gather(wrong_bits.data(), all_bits.data(), wrong_bits.size());
+    for (std::size_t b = 0; b < wrong_bits.size(); ++b) {
+      std::uint8_t any = 0;
+      for (int q = 0; q < n; ++q) any |= all_bits[q * wrong_bits.size() + b];
+      out_row.wrong += static_cast<std::uint64_t>(__builtin_popcount(any));
+    }
+  }
+
+  finish_row(out_row, all, n, cfg.iters, cfg.coll);
+  return out_row;
+}
+
+// ---- the sweep, generic over communicator and bootstrap ---------------------------------------------------
+
+/// One rank's whole sweep over a communicator that every rank has built. Every rank calls with the same
+/// arguments; rank 0 prints each row as it completes (with the p99 column when `print_p99`). Rows are appended to
+/// `rows` on rank 0, or on every rank when `rows_on_every_rank` (one process per rank: each has its own vector;
+/// ranks as threads share one, which only rank 0 may touch).
+template <class Comm, class Boot>
+void sweep(Comm& comm, Boot& boot, const config& cfg, std::vector<row>& rows, bool rows_on_every_rank = false,
+           bool print_p99 = false) {
+  const auto sizes = sweep_sizes(cfg);
+  std::uint64_t seed = 1;
+  for (dtype t : cfg.dtypes) {
+    for (algo a : cfg.algos) {
+      for (std::uint64_t size : sizes) {
+        ++seed;
+        const std::uint64_t unit = (t == dtype::f32 ? 4 : 2) * (cfg.coll == collective_kind::all_gather ? boot.size() : 1);
+        if (size < unit) continue;  // not one element per rank at this size
+        row r;
+        auto run_one = [&]<class T>(T*) {
+          r = a == algo::ring ? measure<algorithm::ring, T>(comm, boot, cfg, size, seed)
+                              : measure<algorithm::one_shot, T>(comm, boot, cfg, size, seed);
+        };
+        if (t == dtype::f32) run_one(static_cast<float*>(nullptr));
+        else if (t == dtype::f16) run_one(static_cast<__half*>(nullptr));
+        else run_one(static_cast<__nv_bfloat16*>(nullptr));
+        if (boot.rank() == 0) print_row(r, cfg.coll, print_p99);
+        if (boot.rank() == 0 && rows_on_every_rank)  // one rank per process: each rank's own message
+          for (std::size_t q = 0; q < r.rank_errors.size(); ++q)
+            if (!r.rank_errors[q].empty()) std::printf("#   rank %zu: %s\n", q, r.rank_errors[q].c_str());
+        if (boot.rank() == 0 || rows_on_every_rank) rows.push_back(r);
+        if (r.state != status::ok) return;  // every rank saw the same gathered status: stop together
+      }
+    }
+  }
+}
+
+/// Ranks as threads: one host::communicator<Transport> per rank, then the sweep (rank 0 fills `rows`).
+template <class Transport, class Boot>
+void run_rank(Boot& boot, const config& cfg, std::vector<row>& rows) {
+  options opts;
+  opts.capacity_bytes = capacity_for(cfg);
+  opts.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
+  host::communicator<Transport> comm(boot, opts);
+  sweep(comm, boot, cfg, rows);
+}
+
+}  // namespace rocenante::perf
