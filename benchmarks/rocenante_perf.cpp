@@ -86,8 +86,8 @@ void print_help() {
       "  -T, --timeout SECONDS     bound on every wait for a peer (default 10)\n"
       "  -G, --cudagraph N         GPU: capture the -n iterations of a row in one CUDA graph per rank and launch\n"
       "                            it N times (nccl-tests' meaning); a sample is one launch / -n (default 0: eager)\n"
-      "      --algo A              one_shot|ring|auto|all, or a comma list (default all); auto is the library's\n"
-      "                            default choice, one_shot today (no size-based selection exists yet)\n"
+      "      --algo A              one_shot|ring|auto|all, or a comma list (default all); auto runs one_shot at\n"
+      "                            every size here (the size table of algorithm/auto.hpp is not applied by this tool)\n"
       "      --collective C        all_reduce|all_gather (default all_reduce)\n"
       "      --ranks N             in-process ranks, 1..%d (default 4); under mpirun the world size (-np)\n"
       "      --transport T         host | cuda_loopback | cuda_proxy (default: cuda_loopback when a GPU is present\n"
@@ -544,7 +544,7 @@ void print_provenance_and_sweep(const config& cfg, const provenance& prov) {
                              : (json_number(cfg.step_factor) + "(factor)").c_str(),
               cfg.warmup, cfg.iters, cfg.check ? 1 : 0, cfg.graph_launches, types.c_str(), algos.c_str());
   if (cfg.algo_auto)
-    std::printf("# --algo auto: the library's default choice, one_shot (no size-based selection exists yet)\n");
+    std::printf("# --algo auto: one_shot at every size (this tool does not apply algorithm/auto.hpp's size table yet)\n");
 }
 
 int finish_run(int argc, char** argv, const config& cfg, const provenance& prov, const run_facts& facts,
