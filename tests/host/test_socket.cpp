@@ -104,7 +104,7 @@ TEST_SUITE("host.socket.failure") {
     o.timeout_ns = 5'000'000'000ull;
     std::vector<status> st(n, status::internal);
     std::vector<host::health> h(n);
-    std::vector<std::string> failure(n);
+    std::vector<std::string> failure(n), health_after(n);
     std::vector<double> seconds(n, 0);
     host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
       const int r = boot.rank();
@@ -127,6 +127,7 @@ TEST_SUITE("host.socket.failure") {
       stopwatch w;
       while (!comm->transport().failed() && w.seconds() < 2.0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       failure[r] = comm->transport().failure_message();
+      health_after[r] = comm->check_health().message;
       boot.barrier();  // a survivor that tears down early would be a closed peer of the others' pending frames
     });
     for (int r = 0; r < n - 1; ++r) {
@@ -140,6 +141,8 @@ TEST_SUITE("host.socket.failure") {
       CHECK(seconds[r] < 1.0);
       CHECK(contains(failure[r], "rank " + std::to_string(r) + ": socket connection to rank 3"));
       CHECK(contains(failure[r], "rank 3 closed its connection to this rank"));
+      // and check_health() (read again now that the transport has recorded it) carries the transport's cause
+      CHECK(contains(health_after[r], "[this rank's transport: rank " + std::to_string(r) + ": socket connection to rank 3"));
     }
   }
 

@@ -134,6 +134,12 @@ class communicator {
     h.failure = state_.failure;
     h.state = failure_status(h.failure);
     h.message = describe_failure(rank(), h.failure);
+    // The protocol records what it saw (often a timeout or a peer's relayed abort); a transport that saw the
+    // cause itself (a verbs completion error, a broken connection) says so here, on the rank where it happened.
+    if constexpr (requires(const Transport& t) { t.failure_message(); }) {
+      const std::string cause = transport_.failure_message();
+      if (!cause.empty()) h.message += " [this rank's transport: " + cause + "]";
+    }
     return h;
   }
 
