@@ -6,7 +6,8 @@
 //        per row) on 64 MiB of bf16 (8192 x 4096): variant plain (x -> NVFP4), residual_rmsnorm (x + residual ->
 //        residual_out, RMSNorm -> NVFP4, swizzled scales). Counters: GBps = compulsory bytes (inputs read once,
 //        outputs written once) / time; vs_copy = GBps / rw_GBps of a 64 MiB copy measured inside the same
-//        benchmark (acceptance: >= 0.70).
+//        benchmark (acceptance: >= 0.70). plain/in_flight:<F>/ctas_per_sm:<C>: the plain variant's shape sweep
+//        (blocks each thread loads before encoding x CTAs of 256 threads per SM).
 //   nvfp4/quantize/bf16/bytes:67108864             the 1-D codec kernel (kernel::nvfp4_quantize), same counters
 //   all_reduce/<one_shot|one_shot_fp4>/loopback_proxy/bf16/bytes:<N>/ranks:<R>
 //        latency of the plain bf16 one-shot vs the NVFP4-wire one-shot, proxy mode (cuda_loopback_proxy: windows in
@@ -95,7 +96,8 @@ void fill_bf16(bf16* d, std::size_t n, std::uint32_t seed, float sigma) {
 }
 
 /// The standalone quantizing epilogue on 64 MiB of bf16, 8192 rows x 4096 cols.
-void bench_epilogue(benchmark::State& state, bool full) {
+/// `in_flight` (plain only): blocks per thread loaded together; `per_sm`: CTAs of 256 per SM in the grid.
+void bench_epilogue(benchmark::State& state, bool full, int in_flight = 1, int per_sm = 4) {
   const std::size_t rows = 8192, cols = 4096, count = rows * cols;
   const auto layout = fp4::sf_layout::swizzled_128x4;
   const std::size_t sfb = fp4::sf_bytes(layout, rows, cols);
@@ -124,11 +126,13 @@ void bench_epilogue(benchmark::State& state, bool full) {
   const double copy = copy_rw_gbps(big);
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  // residual + RMSNorm: one warp per row; plain: the lean kernel (no RMSNorm path), 4 CTAs of 256 per SM
-  const int threads = 256, grid = full ? static_cast<int>(rows / (threads / 32)) : sms * 4;
+  // residual + RMSNorm: one warp per row; plain: the lean kernel (no RMSNorm path), per_sm CTAs of 256 per SM
+  const int threads = 256, grid = full ? static_cast<int>(rows / (threads / 32)) : sms * per_sm;
   auto launch = [&] {
     if (full) kernel::nvfp4_quantize_rows<bf16><<<grid, threads>>>(x, e);
-    else kernel::nvfp4_quantize_rows<bf16, false><<<grid, threads>>>(x, e);
+    else if (in_flight == 4) kernel::nvfp4_quantize_rows<bf16, false, 4><<<grid, threads>>>(x, e);
+    else if (in_flight == 2) kernel::nvfp4_quantize_rows<bf16, false, 2><<<grid, threads>>>(x, e);
+    else kernel::nvfp4_quantize_rows<bf16, false, 1><<<grid, threads>>>(x, e);
   };
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -152,6 +156,8 @@ void bench_epilogue(benchmark::State& state, bool full) {
   state.counters["bytes"] = bytes;
   state.counters["vs_copy"] = benchmark::Counter(bytes / 1e9 / copy, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sms"] = sms;
+  state.counters["in_flight"] = full ? 2 : in_flight;
+  state.counters["grid"] = grid;
   cudaFree(x), cudaFree(res), cudaFree(rout), cudaFree(w), cudaFree(data), cudaFree(sc);
 }
 
@@ -280,6 +286,14 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/plain",
                                [](benchmark::State& s) { bench_epilogue(s, false); })
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+  // the plain epilogue's shape: blocks in flight per thread x CTAs per SM (the default row above: 1 x 4)
+  for (int f : {1, 2, 4})
+    for (int per_sm : {2, 4, 8, 16}) {
+      const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain/in_flight:" + std::to_string(f) +
+                               "/ctas_per_sm:" + std::to_string(per_sm);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_epilogue(s, false, f, per_sm); })
+          ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+    }
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/residual_rmsnorm",
                                [](benchmark::State& s) { bench_epilogue(s, true); })
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);

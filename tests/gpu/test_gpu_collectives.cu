@@ -218,8 +218,10 @@ TEST_SUITE("gpu.proxy") {
       b.barrier();
       // Rank 0 rings two doorbells while its proxy is stopped: its first collective completes (the peers'
       // proxies deliver to it), its second is posted behind the first.
+      const auto t_launch = std::chrono::steady_clock::now();
       if (comm.all_reduce(din.p, d1.p, count, gr.stream) != status::ok) ++bad;
       if (comm.all_reduce<algorithm::ring>(din.p, d2.p, count, gr.stream) != status::ok) ++bad;
+      const double launch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_launch).count();
       if (b.rank() == 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         const auto posted = comm.transport().stats().posts;
@@ -229,14 +231,33 @@ TEST_SUITE("gpu.proxy") {
       cudaMemcpyAsync(g1.data(), d1.p, count * 4, cudaMemcpyDeviceToHost, gr.stream);
       cudaMemcpyAsync(g2.data(), d2.p, count * 4, cudaMemcpyDeviceToHost, gr.stream);
       cudaStreamSynchronize(gr.stream);
+      int mine = 0;
       for (std::size_t i = 0; i < count; ++i) {
         const float want = 10.0f + 4.0f * float(i % 3);
-        bad += g1[i] != want;
-        bad += g2[i] != want;
+        mine += g1[i] != want;
+        mine += g2[i] != want;
       }
       if (!comm.check_health().ok()) {
         MESSAGE(comm.check_health().message);
-        ++bad;
+        ++mine;
+      }
+      bad += mine;
+      b.barrier();
+      if (mine) {  // where the descriptors were: the proxy's counters, each part queue's consumed count and stamps
+        const auto st = comm.transport().stats();
+        protocol::rank_state rs{};
+        cudaMemcpy(&rs, comm.device_context().state, sizeof rs, cudaMemcpyDeviceToHost);
+        std::string d = "rank " + std::to_string(b.rank()) + " diagnostics: both launches took " +
+                        std::to_string(launch_ms) + " ms; posts " + std::to_string(st.posts) +
+                        ", drains " + std::to_string(st.drains) + ", idle polls " + std::to_string(st.idle_polls) +
+                        ", parts used " + std::to_string(comm.parts_for<float>(count)) + "; per part: consumed/stamps[0..7]/seq";
+        for (std::uint32_t p = 0; p < comm.layout().max_parts; ++p) {
+          const auto& q = comm.transport().queues()[p];
+          d += "\n  part " + std::to_string(p) + ": " + std::to_string(q.consumed) + " /";
+          for (int j = 0; j < 8; ++j) d += " " + std::to_string(q.entries[j].stamp);
+          d += " / " + std::to_string(rs.seq[p]);
+        }
+        MESSAGE(d);
       }
       b.barrier();
     });

@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../reduce/nvfp4.hpp"
 #include "../reduce/nvfp4_sum.hpp"
@@ -223,9 +224,12 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE float rms_inverse(float sumsq, std::
 /// the xor butterfly (offsets 16, 8, 4, 2, 1: p[l] = p[l] + p[l^o]). On a device team a warp owns a row.
 /// `MayNorm` = false builds only the path without RMSNorm (a kernel with fewer registers, so more threads per SM);
 /// the caller must then pass an epilogue with rms_norm == false.
-template <class T, class Team, class Source, bool MayNorm = true>
+/// `InFlight`: blocks each thread loads before it encodes any of them on the path without RMSNorm (the loads of
+/// a group are issued back to back; more bytes in flight per thread, more registers).
+template <class T, class Team, class Source, bool MayNorm = true, int InFlight = 2>
 ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e, Source& src, std::uint64_t m0,
-                                         std::uint64_t m1, bool pad_rows, std::bool_constant<MayNorm> = {}) {
+                                         std::uint64_t m1, bool pad_rows, std::bool_constant<MayNorm> = {},
+                                         std::integral_constant<int, InFlight> = {}) {
   const std::uint64_t kb = nv::scale_cols(e.cols);
   const bool swz = e.layout == nv::sf_layout::swizzled_128x4;
   const std::uint64_t kpad = swz ? (kb + 3) / 4 * 4 : kb;
@@ -299,17 +303,22 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
       kk += dk;
       if (kk >= kb) kk -= kb, ++mm;
     };
-    // Two blocks in flight per thread where the kernel also carries the RMSNorm path (it has the registers
-    // anyway); one in the lean kernel, which instead fits more threads per SM.
-    for (; MayNorm && i + step < nblk; i += 2 * step) {
-      std::uint64_t m1_ = m, k1_ = k;
-      advance(m1_, k1_);
-      float h0[16], h1[16];
-      src(m, k, h0);
-      src(m1_, k1_, h1);
-      finish_block(m, k, 1.0f, h0);
-      finish_block(m1_, k1_, 1.0f, h1);
-      m = m1_, k = k1_;
+    // InFlight blocks per thread per group: all loaded before any is encoded (the compiler cannot move a later
+    // load above an earlier block's stores, which might alias).
+    for (; InFlight > 1 && i + (InFlight - 1) * step < nblk; i += InFlight * step) {
+      std::uint64_t mm[InFlight], kk[InFlight];
+      mm[0] = m, kk[0] = k;
+      ROCENANTE_UNROLL
+      for (int j = 1; j < InFlight; ++j) {
+        mm[j] = mm[j - 1], kk[j] = kk[j - 1];
+        advance(mm[j], kk[j]);
+      }
+      float h[InFlight][16];
+      ROCENANTE_UNROLL
+      for (int j = 0; j < InFlight; ++j) src(mm[j], kk[j], h[j]);
+      ROCENANTE_UNROLL
+      for (int j = 0; j < InFlight; ++j) finish_block(mm[j], kk[j], 1.0f, h[j]);
+      m = mm[InFlight - 1], k = kk[InFlight - 1];
       advance(m, k);
     }
     for (; i < nblk; i += step) {

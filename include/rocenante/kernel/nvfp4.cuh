@@ -41,8 +41,8 @@ __global__ inline void nvfp4_dequantize(const std::uint8_t* data, const std::uin
 /// the sum of one rank. Any grid of whole warps; CTA c owns rows split(rows, gridDim.x, c); the last CTA zeroes the
 /// swizzled padding rows. `MayNorm` = false: a leaner kernel for epilogues without RMSNorm (e.rms_norm must be
 /// false; it then does nothing else differently): fewer registers, more resident threads, ~1.6x the throughput
-/// (docs/nvfp4.md, section 7).
-template <class T, bool MayNorm = true>
+/// (docs/nvfp4.md, section 7). `InFlight`: blocks per thread loaded together on the path without RMSNorm.
+template <class T, bool MayNorm = true, int InFlight = MayNorm ? 2 : 1>
 __global__ void __launch_bounds__(threads_per_block, MayNorm ? 1 : 2) nvfp4_quantize_rows(const T* in, algorithm::nvfp4_epilogue<T> e) {
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const algorithm::range rows = algorithm::split(e.rows, gridDim.x, blockIdx.x);
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(threads_per_block, MayNorm ? 1 : 2) nvfp4_quan
   };
   if (!MayNorm && e.rms_norm) return;  // documented precondition; never quantize without the normalisation asked for
   algorithm::fp4_detail::quantize_rows(team, e, src, rows.begin, rows.end, blockIdx.x == gridDim.x - 1,
-                                       std::bool_constant<MayNorm>{});
+                                       std::bool_constant<MayNorm>{}, std::integral_constant<int, InFlight>{});
 }
 
 /// NVFP4-wire all-reduce (one_shot_fp4::all_reduce), one CTA per part.

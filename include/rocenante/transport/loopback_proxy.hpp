@@ -73,6 +73,9 @@ class basic_loopback_proxy {
 
   proxy_stats stats() const { return proxy_.stats(); }
 
+  /// Diagnostics: one post queue per part (layout().max_parts of them), as the proxy sees them.
+  const post_queue* queues() const { return mem_.queue_array(); }
+
  private:
   friend class proxy_thread;
 
