@@ -27,6 +27,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace rocenante;
@@ -34,7 +35,10 @@ using namespace rocenante;
 // Ranks sharing a GPU spin inside their kernels waiting for each other; under CUDA's lazy module loading a kernel's
 // first launch may wait for the device to go idle, i.e. for those spinning peers (docs/api.md). Load every module
 // when the context is created: set before main, hence before the first CUDA call.
-static const bool eager_module_loading = [] { return setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
+static const bool eager_module_loading = [] {
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);  // ranks sharing a GPU: one hardware queue per stream
+  return setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0;
+}();
 namespace fp4 = rocenante::reduce::nvfp4;
 using bf16 = __nv_bfloat16;
 
@@ -97,9 +101,9 @@ void fill_bf16(bf16* d, std::size_t n, std::uint32_t seed, float sigma) {
 
 /// The standalone quantizing epilogue on 64 MiB of bf16, 8192 rows x 4096 cols.
 /// `in_flight` (plain only): blocks per thread loaded together; `per_sm`: CTAs of 256 per SM in the grid.
-void bench_epilogue(benchmark::State& state, bool full, int in_flight = 1, int per_sm = 4) {
+void bench_epilogue(benchmark::State& state, bool full, int in_flight = 1, int per_sm = 4, bool swizzled = true) {
   const std::size_t rows = 8192, cols = 4096, count = rows * cols;
-  const auto layout = fp4::sf_layout::swizzled_128x4;
+  const auto layout = swizzled ? fp4::sf_layout::swizzled_128x4 : fp4::sf_layout::linear;
   const std::size_t sfb = fp4::sf_bytes(layout, rows, cols);
   bf16 *x, *res, *rout, *w;
   std::uint8_t *data, *sc;
@@ -286,14 +290,14 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/plain",
                                [](benchmark::State& s) { bench_epilogue(s, false); })
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
-  // the plain epilogue's shape: blocks in flight per thread x CTAs per SM (the default row above: 1 x 4)
-  for (int f : {1, 2, 4})
-    for (int per_sm : {2, 4, 8, 16}) {
-      const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain/in_flight:" + std::to_string(f) +
-                               "/ctas_per_sm:" + std::to_string(per_sm);
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_epilogue(s, false, f, per_sm); })
-          ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
-    }
+  // the plain epilogue's shape: blocks in flight per thread x CTAs per SM (the default row above: 1 x 4; a sweep
+  // of 1/2/4 x 2/4/8/16 on the H200 is in docs/results/h200-2026-12-04/validate-f301f95), and linear scales
+  for (auto [f, per_sm, swz] : {std::tuple{1, 8, true}, std::tuple{1, 16, true}, std::tuple{2, 4, true}, std::tuple{1, 8, false}}) {
+    const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain" + std::string(swz ? "" : "/linear") +
+                             "/in_flight:" + std::to_string(f) + "/ctas_per_sm:" + std::to_string(per_sm);
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_epilogue(s, false, f, per_sm, swz); })
+        ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+  }
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/residual_rmsnorm",
                                [](benchmark::State& s) { bench_epilogue(s, true); })
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);

@@ -47,6 +47,12 @@ inline constexpr int packet_bytes = 16;
 /// Two receive slots: collective `seq` uses slot `seq & 1`. See docs/design.md for why two suffice.
 inline constexpr std::uint32_t slot_count = 2;
 
+/// Largest input of one rank (bytes) that a one-shot all-reduce on a directly written window (loopback on GPUs)
+/// sends as LL lines: each 16-byte line carries 8 payload bytes and the call's 32-bit flag twice, so the receiver
+/// polls the data itself (no fence, no separate flag, no barrier between staging and signalling). Windows carry an
+/// LL area of 2 x ranks x this (rounded) per slot. See algorithm/one_shot.hpp and docs/design.md.
+inline constexpr std::uint64_t ll_max_bytes = 64 * 1024;
+
 /// Largest options::max_parts: the rank state keeps one sequence word per part (protocol/state.hpp).
 inline constexpr std::uint32_t max_parts_limit = 1024;
 

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "../core/clock.hpp"
+#include "../protocol/layout.hpp"
 #include "../reduce/packet.hpp"
 #include "concepts.hpp"
 #include "partition.hpp"
@@ -62,6 +64,11 @@ struct one_shot {
   ROCENANTE_HOST_DEVICE static bool all_reduce(Session& s, const typename R::value_type* in,
                                                typename R::value_type* out, std::uint64_t count,
                                                std::uint32_t parts, const Epilogue& epi = {}) {
+#if ROCENANTE_DEVICE_PASS
+    if constexpr (requires(typename Session::handle_type& hh) { hh.ll_recv_ptr(0u, std::uint64_t{0}); })
+      if (uses_ll<R>(s.handle().layout(), s.handle().ranks(), count, parts, s.team().size()))
+        return all_reduce_ll<R>(s, in, out, count, parts, epi);
+#endif
     if (!stage_and_exchange<R>(s, in, count, parts)) return false;
     s.trace(4);
     auto& team = s.team();
@@ -208,7 +215,142 @@ struct one_shot {
     return true;
   }
 
+  /// Whether a call takes the LL path (GPU, directly written windows): the input fits the layout's LL area and
+  /// every thread of a part carries at most one packet. Depends only on values every rank shares (the layout,
+  /// the count, the parts, the team size), never on a pointer, so every rank takes the same path.
+  template <reduce::reduction R>
+  ROCENANTE_HOST_DEVICE static constexpr bool uses_ll(const protocol::window_layout& l, int n, std::uint64_t count,
+                                                      std::uint32_t parts, int team_size) {
+    const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+    return n > 1 && l.ll_bytes != 0 && count * sizeof(typename R::value_type) <= ll_max_bytes &&
+           2 * source_stride<R>(l, count) * static_cast<std::uint64_t>(n) <= l.ll_bytes &&
+           protocol::ceil_div(packets, parts) <= static_cast<std::uint64_t>(team_size);
+  }
+
  private:
+#if ROCENANTE_DEVICE_PASS
+  /// One LL line: 8 payload bytes, each 4-byte word followed by the call's flag, stored and loaded as one
+  /// 16-byte access (each 8-byte {data, flag} half arrives whole).
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE void ll_store(std::byte* p, std::uint32_t a, std::uint32_t b, std::uint32_t f) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(f), "r"(b), "r"(f) : "memory");
+  }
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE uint4 ll_load(const std::byte* p) {
+    uint4 u;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p) : "memory");
+    return u;
+  }
+
+  /// One-shot all-reduce in LL lines (decode-size messages on GPUs whose ranks store into each other's windows):
+  ///
+  ///   each thread: load its packet of `in` | enter | store it as two LL lines into source `rank` of every peer's
+  ///   LL area (no barrier, no fence, no flag) | poll the lines of every source (the flag is inside the data) |
+  ///   clear the lines it read | sum in rank order | team verdict | epilogue and store | finish
+  ///
+  /// Same bytes as the packet path: fp32 accumulation in rank order, rounded once. Bounded like every wait
+  /// (session::inline_wait_check: time, polls, poison, abort flags from peers, mismatches). Two slots suffice for
+  /// the same reason as in the packet path; a line is cleared by its reader before the reader's next collective
+  /// can let the writer reach this slot again, so a line is only ever zero or this call's.
+  template <reduce::reduction R, class Session, class Epilogue>
+  ROCENANTE_DEVICE static bool all_reduce_ll(Session& s, const typename R::value_type* in, typename R::value_type* out,
+                                             std::uint64_t count, std::uint32_t parts, const Epilogue& epi) {
+    auto& team = s.team();
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    const std::uint64_t stride = 2 * source_stride<R>(h.layout(), count);  // LL bytes per source
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    const std::uint64_t i = pr.begin + team.thread();
+    const bool mine = i < pr.end;
+    reduce::value_packet<R> own{};
+    if (mine) own = reduce::load_user<R>(in, i, count);  // before enter: needs no sequence number
+    if (!s.enter()) return false;
+    s.trace(0);
+    s.trace(1);
+    const std::uint32_t f = s.inline_flag();
+    const std::uint32_t slot = s.slot();
+    const uint4 w = *reinterpret_cast<const uint4*>(&own);
+    if (mine)
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        std::byte* p = h.ll_put_ptr(q, slot, r * stride + i * 2 * packet_bytes);
+        ll_store(p, w.x, w.y, f);
+        ll_store(p + packet_bytes, w.z, w.w, f);
+      }
+    s.trace(2);
+    s.trace(3);
+    bool ok = true;
+    reduce::accum_packet<R> acc{};
+    if (mine) {
+      constexpr int group = 8;  // sources polled together: one memory latency per poll up to 8 ranks
+      ROCENANTE_UNROLL
+      for (int q0 = 0; q0 < max_ranks; q0 += group) {
+        if (q0 >= n || !ok) break;
+        uint4 a[group], b[group];
+        std::uint32_t pending = 0;
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g)
+          if (q0 + g < n && q0 + g != r) pending |= 1u << g;
+        const std::uint64_t start = rocenante::detail::now_ns();
+        std::uint64_t polls = 0;
+        while (pending) {
+          ROCENANTE_UNROLL
+          for (int g = 0; g < group; ++g)
+            if (pending >> g & 1u) {
+              const std::byte* p = h.ll_recv_ptr(slot, (q0 + g) * stride + i * 2 * packet_bytes);
+              a[g] = ll_load(p);
+              b[g] = ll_load(p + packet_bytes);
+            }
+          int late = -1;
+          std::uint32_t other = 0;
+          ROCENANTE_UNROLL
+          for (int g = 0; g < group; ++g)
+            if (pending >> g & 1u) {
+              if (a[g].y == f && a[g].w == f && b[g].y == f && b[g].w == f) {
+                pending &= ~(1u << g);
+              } else if (late < 0) {
+                late = q0 + g;
+                const std::uint32_t fl[4] = {a[g].y, a[g].w, b[g].y, b[g].w};
+                for (int k = 0; k < 4; ++k)
+                  if (fl[k] != 0 && fl[k] != f) other = fl[k];
+              }
+            }
+          if (late >= 0 && !s.inline_wait_check(late, static_cast<std::uint32_t>(late), other, start, polls)) {
+            ok = false;
+            break;
+          }
+        }
+        if (!ok) break;
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g) {
+          const int q = q0 + g;
+          if (q >= n) break;
+          reduce::value_packet<R> v = own;
+          if (q != r) {
+            const uint4 u = make_uint4(a[g].x, a[g].z, b[g].x, b[g].z);
+            v = *reinterpret_cast<const reduce::value_packet<R>*>(&u);
+            std::byte* p = h.ll_recv_ptr(slot, q * stride + i * 2 * packet_bytes);
+            ll_store(p, 0, 0, 0);  // consumed: the line is zero again until this slot's next call
+            ll_store(p + packet_bytes, 0, 0, 0);
+          }
+          if (q == 0)
+            acc = reduce::widen<R>(v);
+          else
+            reduce::accumulate<R>(acc, v);
+        }
+      }
+    }
+    s.trace(4);
+    if (!s.agree(ok)) return false;
+    if (mine) {
+      epi(i * reduce::lanes<R>, acc);
+      reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+    }
+    s.trace(5);
+    s.finish(parts);
+    s.trace(6);
+    return true;
+  }
+#endif
+
   /// enter, stage this part of `in` into source `rank` of every peer's slot, signal, wait for every peer.
   template <reduce::reduction R, class Session>
   ROCENANTE_HOST_DEVICE static bool stage_and_exchange(Session& s, const typename R::value_type* in,

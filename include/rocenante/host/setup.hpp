@@ -18,10 +18,11 @@
 
 namespace rocenante::host {
 
-/// Window layout able to serve every algorithm in Algos at `ranks` ranks with `opts`. Throws config_error
-/// for values out of range or a window whose size would overflow.
+/// Window layout able to serve every algorithm in Algos at `ranks` ranks with `opts`; `with_ll`: an LL area per
+/// slot (GPU communicators whose ranks store into each other's windows). Throws config_error for values out of
+/// range or a window whose size would overflow.
 template <class... Algos>
-protocol::window_layout make_layout(int ranks, const options& opts) {
+protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll = false) {
   if (ranks < 1 || ranks > max_ranks)
     throw config_error("ranks = " + std::to_string(ranks) + " is outside [1, " + std::to_string(max_ranks) + "]");
   if (opts.capacity_bytes == 0) throw config_error("options::capacity_bytes is 0; give the largest input in bytes");
@@ -41,8 +42,11 @@ protocol::window_layout make_layout(int ranks, const options& opts) {
   ((slot = slot > Algos::slot_bytes(ranks, opts.capacity_bytes) ? slot : Algos::slot_bytes(ranks, opts.capacity_bytes)), ...);
   l.channels = channels;
   l.slot_bytes = protocol::align_up(slot, 4096);
+  // LL area (one-shot lines with the flag inside, config.hpp): 2 x ranks x the largest LL input, per slot
+  const std::uint64_t ll_in = opts.capacity_bytes < ll_max_bytes ? opts.capacity_bytes : ll_max_bytes;
+  l.ll_bytes = with_ll && ranks > 1 ? protocol::align_up(2 * std::uint64_t(ranks) * protocol::align_up(ll_in, 256), 4096) : 0;
   std::uint64_t total = 0;
-  if (!protocol::checked_mul(l.slot_bytes, slot_count, total) || total > (std::uint64_t{1} << 42))
+  if (!protocol::checked_mul(l.slot_bytes + l.ll_bytes, slot_count, total) || total > (std::uint64_t{1} << 42))
     throw config_error("window of " + std::to_string(ranks) + " ranks x " + std::to_string(opts.capacity_bytes) +
                        " bytes is too large; lower capacity_bytes");
   return l;
@@ -94,9 +98,10 @@ inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, con
 /// Set-up order: first agree (raw options exchanged, so a bad value on one rank is reported by every rank as a
 /// mismatch naming the field, instead of one rank throwing and the others waiting), then validate and lay out.
 template <class... Algos>
-protocol::window_layout agree_and_layout(bootstrap::bootstrap_ref boot, const options& o, const char* transport_name) {
+protocol::window_layout agree_and_layout(bootstrap::bootstrap_ref boot, const options& o, const char* transport_name,
+                                         bool with_ll = false) {
   agree_on_config(boot, o, transport_name);
-  return make_layout<Algos...>(boot.size(), o);
+  return make_layout<Algos...>(boot.size(), o, with_ll);
 }
 
 /// Whether algorithm A fits a window laid out for another list of algorithms (rank-invariant check).

@@ -3,6 +3,7 @@
 //   offset 0                 flags   [slot 0..1][part 0..max_parts-1][channel 0..channels-1]  uint64 each
 //   data_offset(0)           slot 0  slot_bytes of payload, 16-byte packets
 //   data_offset(1)           slot 1  slot_bytes of payload
+//   ll_offset(0), (1)        LL area of each slot, ll_bytes: one-shot lines with the flag inside (config.hpp)
 //
 // Every transport uses this layout, so a peer's payload for (slot, offset) lands at the same offset in every
 // window (symmetric memory: an RDMA write or a proxy copy needs no address translation beyond the base).
@@ -26,6 +27,7 @@ struct window_layout {
   std::uint64_t capacity_bytes = 0;  ///< largest input of one rank to one collective
   std::uint64_t source_stride = 0;   ///< capacity rounded up to a packet: one source's region in one-shot
   std::uint64_t slot_bytes = 0;      ///< payload bytes per slot (the most any enabled algorithm needs)
+  std::uint64_t ll_bytes = 0;        ///< LL area per slot (0: none); zero when unused, written only as LL lines
 
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t flag_count() const {
     return std::uint64_t{slot_count} * max_parts * channels;
@@ -39,7 +41,12 @@ struct window_layout {
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t data_offset(std::uint32_t slot) const {
     return flags_bytes() + std::uint64_t{slot} * slot_bytes;
   }
-  ROCENANTE_HOST_DEVICE constexpr std::uint64_t total_bytes() const { return flags_bytes() + slot_count * slot_bytes; }
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t ll_offset(std::uint32_t slot) const {
+    return flags_bytes() + slot_count * slot_bytes + std::uint64_t{slot} * ll_bytes;
+  }
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t total_bytes() const {
+    return flags_bytes() + slot_count * (slot_bytes + ll_bytes);
+  }
 };
 
 /// Multiply-add with overflow detection, for layout arithmetic on untrusted configuration values.

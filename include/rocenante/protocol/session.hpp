@@ -154,6 +154,42 @@ class session {
     }
   }
 
+  /// The 32-bit flag of this call inside LL lines (algorithm/one_shot.hpp): sequence and call signature mixed,
+  /// odd, so never the zero of an unwritten (or consumed and cleared) line. Consecutive sequences never share it.
+  ROCENANTE_HOST_DEVICE std::uint32_t inline_flag() const { return ((seq_ * 0x9E3779B1u) ^ signature_) | 1u; }
+
+  /// The bound of an LL wait (flag inside the data): the caller polls its lines and calls this after every poll
+  /// that found a line of `peer` not ready, with `other` = a nonzero flag word of that line that is not
+  /// inline_flag() (0 if none). Every 16th call it checks what wait_one checks: the poison word, this part's
+  /// flag of `channel` (an abort, or a peer that called another collective on the flag path), a line of
+  /// another call (mismatch), time and poll budget. Returns false after recording a failure; true: poll again.
+  ROCENANTE_HOST_DEVICE bool inline_wait_check(int peer, std::uint32_t channel, std::uint32_t other, std::uint64_t start,
+                                               std::uint64_t& polls) {
+    if ((++polls & 15u) != 0) {
+      detail::relax(polls);
+      return true;
+    }
+    if (is_poisoned(state_)) return false;
+    const std::uint64_t expected = flag_value();
+    const std::uint64_t seen = detail::load_acquire(h_.local_flag(h_.layout().flag_index(slot(), part_, channel)), h_.scope());
+    const std::uint64_t waited = detail::now_ns() - start;
+    if (flag_seq(seen) == seq_ && seen != flag_unset) {
+      const std::uint32_t sig = flag_signature(seen);
+      if (is_abort(sig)) return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
+      return fail(failure_kind::mismatch, peer, channel, expected, seen, waited);
+    }
+    if (other != 0) return fail(failure_kind::mismatch, peer, channel, inline_flag(), other, waited);
+    const bool out_of_time = policy_.timeout_ns != 0 && waited >= policy_.timeout_ns;
+    const bool out_of_polls = policy_.max_polls != 0 && polls >= policy_.max_polls;
+    if (out_of_time || out_of_polls) return fail(failure_kind::timeout, peer, channel, inline_flag(), other, waited);
+    detail::relax(polls);
+    return true;
+  }
+
+  /// Every team thread calls with its own verdict; the team-wide verdict (on failure the team tells every peer
+  /// to abort this sequence, as after a failed wait_peers).
+  ROCENANTE_HOST_DEVICE bool agree(bool ok) { return settle(ok); }
+
   /// Every team thread calls: wait for the flags of every peer in [0, ranks) except `self`, where
   /// channel_of(q) names peer q's channel. Peers are spread over the team's threads (one poller per peer when
   /// the team is large enough). Returns the team-wide verdict; on success, the payload is visible to every

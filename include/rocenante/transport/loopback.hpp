@@ -50,6 +50,13 @@ struct direct_handle {
   ROCENANTE_HOST_DEVICE std::uint64_t* local_flag(std::uint64_t index) {
     return reinterpret_cast<std::uint64_t*>(windows_[rank_]) + index;
   }
+  /// LL area of `slot` (layout().ll_bytes): in peer's window / in this rank's window.
+  ROCENANTE_HOST_DEVICE std::byte* ll_put_ptr(int peer, std::uint32_t slot, std::uint64_t off) {
+    return windows_[peer] + layout_.ll_offset(slot) + off;
+  }
+  ROCENANTE_HOST_DEVICE std::byte* ll_recv_ptr(std::uint32_t slot, std::uint64_t off) {
+    return windows_[rank_] + layout_.ll_offset(slot) + off;
+  }
   /// The bytes are already in the peer's window (stored through put_ptr); publish the flag.
   ROCENANTE_HOST_DEVICE void signal(int peer, std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t index,
                                     std::uint64_t value) {
