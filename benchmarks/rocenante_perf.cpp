@@ -586,7 +586,6 @@ int main(int argc, char** argv) {
   // rank's first launch of a kernel wait for a peer's running kernel. Load every module at start-up instead
   // (before the first CUDA call; a value the user set is kept).
   ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // ranks sharing a GPU: one hardware queue per stream (docs/api.md)
   config cfg = parse_args(argc, argv);
   if (cfg.mpi) {  // one rank per process (perf/mpi.cpp)
     const std::string why = mpi_unavailable();

@@ -136,7 +136,6 @@ int main() {
     // Ranks sharing a GPU wait for each other inside their kernels: load every kernel at start-up, so that no
     // lazily loaded first launch waits for a peer's spinning kernel (a value the user set is kept).
     setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // ranks sharing a GPU: one hardware queue per stream (docs/api.md)
     int gpus = 0;
     const cudaError_t e = cudaGetDeviceCount(&gpus);
     if (e == cudaSuccess && gpus > 0) {

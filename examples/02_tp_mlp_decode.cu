@@ -442,7 +442,6 @@ int main(int argc, char** argv) {
   // Ranks sharing a GPU spin inside their kernels waiting for each other; CUDA's lazy module loading could make
   // a first launch wait for those kernels. Load every module at start-up instead (unless the user chose).
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // ranks sharing a GPU: one hardware queue per stream (docs/api.md)
   world w;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

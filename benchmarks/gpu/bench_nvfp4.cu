@@ -35,10 +35,7 @@ using namespace rocenante;
 // Ranks sharing a GPU spin inside their kernels waiting for each other; under CUDA's lazy module loading a kernel's
 // first launch may wait for the device to go idle, i.e. for those spinning peers (docs/api.md). Load every module
 // when the context is created: set before main, hence before the first CUDA call.
-static const bool eager_module_loading = [] {
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);  // ranks sharing a GPU: one hardware queue per stream
-  return setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0;
-}();
+static const bool eager_module_loading = [] { return setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
 namespace fp4 = rocenante::reduce::nvfp4;
 using bf16 = __nv_bfloat16;
 

@@ -138,7 +138,6 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
 
 int main(int argc, char** argv) {
   setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);  // ranks sharing a GPU: one hardware queue per stream (docs/api.md)
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::printf("SKIP: no CUDA device\n");

@@ -53,6 +53,12 @@ inline constexpr std::uint32_t slot_count = 2;
 /// LL area of 2 x ranks x this (rounded) per slot. See algorithm/one_shot.hpp and docs/design.md.
 inline constexpr std::uint64_t ll_max_bytes = 64 * 1024;
 
+/// Most ranks for which the LL path is used. Measured on one H200 (bf16, 48 KiB, graph replay; receipt
+/// docs/results/h200-2026-12-04/ll-1145a32): LL vs packets + flag, programmatic launch off / on: 2 ranks 4.26 /
+/// 3.55 us vs 4.43 / 3.83 us (faster); 4 ranks 5.31 / 4.66 us vs 5.05 / 4.15 us and 8 ranks 8.63 us vs 6.28 us
+/// (slower: each thread polls 2(n-1) lines and the LL bytes double, against one flag per peer per CTA).
+inline constexpr int ll_max_ranks = 2;
+
 /// Largest options::max_parts: the rank state keeps one sequence word per part (protocol/state.hpp).
 inline constexpr std::uint32_t max_parts_limit = 1024;
 

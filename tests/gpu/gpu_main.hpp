@@ -13,7 +13,6 @@ int main(int argc, char** argv) {
   // Ranks of one process share a CUDA context; gpu::communicator refuses lazy module loading there (see
   // docs/api.md). Must be set before the first CUDA call.
   setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);  // ranks sharing a GPU: one hardware queue per stream (docs/api.md)
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

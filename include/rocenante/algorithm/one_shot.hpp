@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "../core/clock.hpp"
+#include "../protocol/flags.hpp"
 #include "../protocol/layout.hpp"
 #include "../reduce/packet.hpp"
 #include "concepts.hpp"
@@ -215,14 +216,14 @@ struct one_shot {
     return true;
   }
 
-  /// Whether a call takes the LL path (GPU, directly written windows): the input fits the layout's LL area and
-  /// every thread of a part carries at most one packet. Depends only on values every rank shares (the layout,
+  /// Whether a call takes the LL path (GPU, directly written windows, at most ll_max_ranks ranks: config.hpp has
+  /// the measurements): the input fits the layout's LL area and every thread of a part carries at most one packet. Depends only on values every rank shares (the layout,
   /// the count, the parts, the team size), never on a pointer, so every rank takes the same path.
   template <reduce::reduction R>
   ROCENANTE_HOST_DEVICE static constexpr bool uses_ll(const protocol::window_layout& l, int n, std::uint64_t count,
                                                       std::uint32_t parts, int team_size) {
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
-    return n > 1 && l.ll_bytes != 0 && count * sizeof(typename R::value_type) <= ll_max_bytes &&
+    return n > 1 && n <= ll_max_ranks && l.ll_bytes != 0 && count * sizeof(typename R::value_type) <= ll_max_bytes &&
            2 * source_stride<R>(l, count) * static_cast<std::uint64_t>(n) <= l.ll_bytes &&
            protocol::ceil_div(packets, parts) <= static_cast<std::uint64_t>(team_size);
   }
@@ -278,6 +279,15 @@ struct one_shot {
     s.trace(2);
     s.trace(3);
     bool ok = true;
+    // A rank that starts after its peers gave up on it finds their lines complete; their abort flag (written into
+    // every channel of this slot and part) says the call is over. Thread 0 reads it while the first poll is in
+    // flight and acts on it after the lines (a relaxed load: no ordering the polls would wait for).
+    const std::uint32_t abort_channel = static_cast<std::uint32_t>((r + 1) % n);
+    std::uint64_t abort_word = protocol::flag_unset;
+    if (team.thread() == 0) {
+      const std::uint64_t* fw = h.local_flag(h.layout().flag_index(slot, s.part(), abort_channel));
+      asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(abort_word) : "l"(fw) : "memory");
+    }
     reduce::accum_packet<R> acc{};
     if (mine) {
       constexpr int group = 8;  // sources polled together: one memory latency per poll up to 8 ranks
@@ -338,6 +348,7 @@ struct one_shot {
         }
       }
     }
+    if (team.thread() == 0 && ok) ok = s.accept_abort_word(abort_channel, abort_word);
     s.trace(4);
     if (!s.agree(ok)) return false;
     if (mine) {

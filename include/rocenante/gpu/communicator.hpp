@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -23,7 +22,6 @@
 #include "../algorithm/ring.hpp"
 #include "../bootstrap/concepts.hpp"
 #include "../core/cuda_check.hpp"
-#include "../core/log.hpp"
 #include "../core/options.hpp"
 #include "../core/status.hpp"
 #include "../host/communicator.hpp"
@@ -303,20 +301,6 @@ class communicator {
     ROCENANTE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     sharing_ = sharing;
     sms_ = sms;
-    // Streams share the GPU's hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default): two ranks' streams
-    // on one queue serialise, so a rank's collective can wait behind a peer's next one, which waits for it —
-    // a stall until the timeout (seen on the H200 at the default: the proxy-pause case, 4 of 20 runs).
-    if (sharing > 1) {
-      const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-      const long conns = v ? std::strtol(v, nullptr, 10) : 8;
-      if (conns < 32)
-        log_line(log_level::warn, log_level::warn, b.rank(),
-                 std::to_string(sharing) + " ranks share GPU " + std::to_string(device_) +
-                     " and CUDA_DEVICE_MAX_CONNECTIONS is " + (v ? std::string(v) : std::string("unset (8)")) +
-                     ": streams of different ranks can share a hardware queue, and a collective queued behind a "
-                     "peer's next one stalls until the timeout; set CUDA_DEVICE_MAX_CONNECTIONS=32 before the "
-                     "first CUDA call (docs/api.md)");
-    }
     int per_sm = 1 << 30;
     auto occ = [&](auto kernel_fn) {
       int n = 0;

@@ -44,7 +44,7 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
   l.slot_bytes = protocol::align_up(slot, 4096);
   // LL area (one-shot lines with the flag inside, config.hpp): 2 x ranks x the largest LL input, per slot
   const std::uint64_t ll_in = opts.capacity_bytes < ll_max_bytes ? opts.capacity_bytes : ll_max_bytes;
-  l.ll_bytes = with_ll && ranks > 1 ? protocol::align_up(2 * std::uint64_t(ranks) * protocol::align_up(ll_in, 256), 4096) : 0;
+  l.ll_bytes = with_ll && ranks > 1 && ranks <= ll_max_ranks ? protocol::align_up(2 * std::uint64_t(ranks) * protocol::align_up(ll_in, 256), 4096) : 0;
   std::uint64_t total = 0;
   if (!protocol::checked_mul(l.slot_bytes + l.ll_bytes, slot_count, total) || total > (std::uint64_t{1} << 42))
     throw config_error("window of " + std::to_string(ranks) + " ranks x " + std::to_string(opts.capacity_bytes) +

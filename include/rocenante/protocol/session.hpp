@@ -186,6 +186,15 @@ class session {
     return true;
   }
 
+  /// `seen` = this part's flag of `channel` as loaded by the caller: false (recorded as relayed) when it is a
+  /// peer's abort of this sequence.
+  ROCENANTE_HOST_DEVICE bool accept_abort_word(std::uint32_t channel, std::uint64_t seen) {
+    if (flag_seq(seen) != seq_ || seen == flag_unset) return true;
+    const std::uint32_t sig = flag_signature(seen);
+    if (!is_abort(sig)) return true;
+    return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, flag_value(), seen, 0, true);
+  }
+
   /// Every team thread calls with its own verdict; the team-wide verdict (on failure the team tells every peer
   /// to abort this sequence, as after a failed wait_peers).
   ROCENANTE_HOST_DEVICE bool agree(bool ok) { return settle(ok); }
