@@ -204,6 +204,8 @@ TEST_SUITE("gpu.proxy") {
     options o = gpu::default_options();
     o.capacity_bytes = 1 << 20;
     o.timeout_ns = 5'000'000'000ull;
+    // ROCENANTE_TEST_MAX_PARTS: fewer CTAs per rank, to tell whether the intermittent stall depends on residency
+    if (const char* e = std::getenv("ROCENANTE_TEST_MAX_PARTS")) o.max_parts = static_cast<std::uint32_t>(std::atoi(e));
     std::atomic<int> bad{0};
     host::spawn_ranks(n, [&](bootstrap::in_process& b) {
       gpu::communicator<transport::cuda_loopback_proxy> comm(b, o);

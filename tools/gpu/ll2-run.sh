@@ -28,6 +28,12 @@ for k in $(seq 1 10); do
   rm -f "$OUT/pause-$k.log"
 done
 say "proxy stopped across two doorbells, 10 more runs: $fails failed, $(( $(date +%s) - t )) s"
+fails=0; t=$(date +%s)
+for k in $(seq 1 10); do
+  ROCENANTE_TEST_MAX_PARTS=4 timeout 30 $b/tests/gpu/test_gpu_collectives -tc='*stopped across two doorbells*' >"$OUT/pause4-$k.log" 2>&1 || { fails=$((fails+1)); cp "$OUT/pause4-$k.log" "$OUT/pause-fail-mp4-$k.log"; }
+  rm -f "$OUT/pause4-$k.log"
+done
+say "the same with max_parts 4 (4 CTAs per rank instead of 16), 10 runs: $fails failed, $(( $(date +%s) - t )) s"
 for f in "$OUT"/pause-fail-*.log; do [ -f "$f" ] && { grep -E "MESSAGE|diagnostics|part [0-9]+:|ERROR" "$f" | head -60 | tee -a "$S"; break; }; done
 for tool in memcheck racecheck synccheck; do
   timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu/test_gpu_collectives -tc="*one rank*" >"$OUT/san-$tool.log" 2>&1
