@@ -2,12 +2,13 @@
 //
 //   copy/d2d/bytes:67108864                        device-to-device copy, read + write counted (rw_GBps): the bar
 //   nvfp4/quantize_epilogue/bf16/bytes:67108864/<variant>
-//        the standalone quantizing epilogue (kernel::nvfp4_quantize_rows, the device code all_reduce_quantize runs
-//        per row) on 64 MiB of bf16 (8192 x 4096): variant plain (x -> NVFP4), residual_rmsnorm (x + residual ->
-//        residual_out, RMSNorm -> NVFP4, swizzled scales). Counters: GBps = compulsory bytes (inputs read once,
-//        outputs written once) / time; vs_copy = GBps / rw_GBps of a 64 MiB copy measured inside the same
-//        benchmark (acceptance: >= 0.70). plain/in_flight:<F>/ctas_per_sm:<C>: the plain variant's shape sweep
-//        (blocks each thread loads before encoding x CTAs of 256 threads per SM).
+//        the standalone quantizing epilogue on 64 MiB of bf16 (8192 x 4096), launched by
+//        kernel::launch_nvfp4_quantize_rows: variant plain (x -> NVFP4, swizzled scales: the whole-blocks kernel),
+//        residual_rmsnorm (x + residual -> residual_out, RMSNorm -> NVFP4: nvfp4_quantize_rows, the device code
+//        all_reduce_quantize runs per row). plain/rows_kernel[/linear]/in_flight:1/ctas_per_sm:8: the general lean
+//        kernel (rows split over CTAs) for comparison. Counters: GBps = compulsory bytes (inputs read once, outputs
+//        written once) / time; vs_copy = GBps / rw_GBps of a 64 MiB copy measured inside the same benchmark
+//        (acceptance: >= 0.70).
 //   nvfp4/quantize/bf16/bytes:67108864             the 1-D codec kernel (kernel::nvfp4_quantize), same counters
 //   all_reduce/<one_shot|one_shot_fp4>/loopback_proxy/bf16/bytes:<N>/ranks:<R>
 //        latency of the plain bf16 one-shot vs the NVFP4-wire one-shot, proxy mode (cuda_loopback_proxy: windows in
@@ -98,7 +99,7 @@ void fill_bf16(bf16* d, std::size_t n, std::uint32_t seed, float sigma) {
 
 /// The standalone quantizing epilogue on 64 MiB of bf16, 8192 rows x 4096 cols.
 /// `in_flight` (plain only): blocks per thread loaded together; `per_sm`: CTAs of 256 per SM in the grid.
-void bench_epilogue(benchmark::State& state, bool full, int in_flight = 1, int per_sm = 4, bool swizzled = true) {
+void bench_epilogue(benchmark::State& state, bool full, int in_flight = 0, int per_sm = 8, bool swizzled = true) {
   const std::size_t rows = 8192, cols = 4096, count = rows * cols;
   const auto layout = swizzled ? fp4::sf_layout::swizzled_128x4 : fp4::sf_layout::linear;
   const std::size_t sfb = fp4::sf_bytes(layout, rows, cols);
@@ -127,10 +128,12 @@ void bench_epilogue(benchmark::State& state, bool full, int in_flight = 1, int p
   const double copy = copy_rw_gbps(big);
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  // residual + RMSNorm: one warp per row; plain: the lean kernel (no RMSNorm path), per_sm CTAs of 256 per SM
+  // in_flight 0: kernel::launch_nvfp4_quantize_rows (what a caller gets: the whole-blocks kernel for plain, one
+  // warp per row for residual + RMSNorm); 1/2/4: the general lean kernel with that many blocks in flight,
+  // per_sm CTAs of 256 per SM
   const int threads = 256, grid = full ? static_cast<int>(rows / (threads / 32)) : sms * per_sm;
   auto launch = [&] {
-    if (full) kernel::nvfp4_quantize_rows<bf16><<<grid, threads>>>(x, e);
+    if (in_flight == 0) (void)kernel::launch_nvfp4_quantize_rows(x, e, 0, threads, per_sm);
     else if (in_flight == 4) kernel::nvfp4_quantize_rows<bf16, false, 4><<<grid, threads>>>(x, e);
     else if (in_flight == 2) kernel::nvfp4_quantize_rows<bf16, false, 2><<<grid, threads>>>(x, e);
     else kernel::nvfp4_quantize_rows<bf16, false, 1><<<grid, threads>>>(x, e);
@@ -157,7 +160,7 @@ void bench_epilogue(benchmark::State& state, bool full, int in_flight = 1, int p
   state.counters["bytes"] = bytes;
   state.counters["vs_copy"] = benchmark::Counter(bytes / 1e9 / copy, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sms"] = sms;
-  state.counters["in_flight"] = full ? 2 : in_flight;
+  state.counters["in_flight"] = in_flight;
   state.counters["grid"] = grid;
   cudaFree(x), cudaFree(res), cudaFree(rout), cudaFree(w), cudaFree(data), cudaFree(sc);
 }
@@ -287,10 +290,11 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/plain",
                                [](benchmark::State& s) { bench_epilogue(s, false); })
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
-  // the plain epilogue's shape: blocks in flight per thread x CTAs per SM (the default row above: 1 x 4; a sweep
-  // of 1/2/4 x 2/4/8/16 on the H200 is in docs/results/h200-2026-12-04/validate-f301f95), and linear scales
-  for (auto [f, per_sm, swz] : {std::tuple{1, 8, true}, std::tuple{1, 16, true}, std::tuple{2, 4, true}, std::tuple{1, 8, false}}) {
-    const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain" + std::string(swz ? "" : "/linear") +
+  // the general lean kernel (rows split over CTAs, 64-bit indices, 61 registers): blocks in flight per thread x
+  // CTAs per SM (a sweep of 1/2/4 x 2/4/8/16 on the H200 is in docs/results/h200-2026-12-04/validate-f301f95), and
+  // linear scales
+  for (auto [f, per_sm, swz] : {std::tuple{1, 8, true}, std::tuple{1, 8, false}}) {
+    const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain/rows_kernel" + std::string(swz ? "" : "/linear") +
                              "/in_flight:" + std::to_string(f) + "/ctas_per_sm:" + std::to_string(per_sm);
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_epilogue(s, false, f, per_sm, swz); })
         ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);

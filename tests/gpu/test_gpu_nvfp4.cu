@@ -392,6 +392,31 @@ void epilogue_case(int n, const epi_shape& c, std::uint32_t seed) {
       lean(kernel::nvfp4_quantize_rows<bf16, false, 2>, 2, 263);
       lean(kernel::nvfp4_quantize_rows<bf16, false, 4>, 4, 1056);
       lean(kernel::nvfp4_quantize_rows<bf16, false, 4>, 4, 7);
+      if (c.cols % 16 == 0) {  // the whole-blocks kernel (launch_nvfp4_quantize_rows' choice without residual_out)
+        auto e2 = e;
+        e2.residual_out = nullptr;
+        e2.norm_out = nullptr;
+        for (int grid : {1056, 5}) {
+          CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
+          CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
+          if (e2.residual) kernel::nvfp4_quantize_whole_blocks<bf16, true><<<grid, 256>>>(din.as<bf16>(), e2);
+          else kernel::nvfp4_quantize_whole_blocks<bf16, false><<<grid, 256>>>(din.as<bf16>(), e2);
+          CUDA_REQUIRE(cudaGetLastError());
+          CUDA_REQUIRE(cudaDeviceSynchronize());
+          CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
+          CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
+          CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": whole-blocks kernel (grid " << grid << ") codes differ");
+          CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": whole-blocks kernel (grid " << grid << ") scales differ");
+        }
+        CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
+        CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
+        CUDA_REQUIRE(kernel::launch_nvfp4_quantize_rows(din.as<bf16>(), e));  // the launcher with the case's own epilogue
+        CUDA_REQUIRE(cudaDeviceSynchronize());
+        CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
+        CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
+        CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": launcher codes differ");
+        CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": launcher scales differ");
+      }
     }
   }
 }

@@ -42,8 +42,10 @@ __global__ inline void nvfp4_dequantize(const std::uint8_t* data, const std::uin
 /// swizzled padding rows. `MayNorm` = false: a leaner kernel for epilogues without RMSNorm (e.rms_norm must be
 /// false; it then does nothing else differently): fewer registers, more resident threads, ~1.6x the throughput
 /// (docs/nvfp4.md, section 7). `InFlight`: blocks per thread loaded together on the path without RMSNorm.
-template <class T, bool MayNorm = true, int InFlight = MayNorm ? 2 : 1>
-__global__ void __launch_bounds__(threads_per_block, MayNorm ? 1 : 2) nvfp4_quantize_rows(const T* in, algorithm::nvfp4_epilogue<T> e) {
+/// `MinBlocks`: CTAs per SM the compiler must leave registers for (launch bounds); the lean kernel's occupancy,
+/// hence its bytes in flight, is what limits it (docs/nvfp4.md, section 7).
+template <class T, bool MayNorm = true, int InFlight = MayNorm ? 2 : 1, int MinBlocks = MayNorm ? 1 : 2>
+__global__ void __launch_bounds__(threads_per_block, MinBlocks) nvfp4_quantize_rows(const T* in, algorithm::nvfp4_epilogue<T> e) {
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const algorithm::range rows = algorithm::split(e.rows, gridDim.x, blockIdx.x);
   const std::uint64_t count = e.rows * e.cols;
@@ -60,6 +62,64 @@ __global__ void __launch_bounds__(threads_per_block, MayNorm ? 1 : 2) nvfp4_quan
   if (!MayNorm && e.rms_norm) return;  // documented precondition; never quantize without the normalisation asked for
   algorithm::fp4_detail::quantize_rows(team, e, src, rows.begin, rows.end, blockIdx.x == gridDim.x - 1,
                                        std::bool_constant<MayNorm>{}, std::integral_constant<int, InFlight>{});
+}
+
+/// The quantizing epilogue without RMSNorm for whole blocks (cols % 16 == 0, no residual_out, no norm_out,
+/// out_data set, fewer than 2^31 blocks): block b = m * kb + k is elements [16 b, 16 b + 16) and codes
+/// [8 b, 8 b + 8), so the grid walks b like the 1-D codec, in 32-bit indices, in 32 registers (40 with a residual):
+/// full occupancy, which is what the general kernels lack (61 registers; docs/nvfp4.md, section 7). Any grid.
+/// Same bytes as nvfp4_quantize_rows (the same encode and the same scale offsets). Use launch_nvfp4_quantize_rows
+/// to pick the kernel.
+template <class T, bool Residual>
+__global__ void __launch_bounds__(threads_per_block, Residual ? 3 : 4)
+    nvfp4_quantize_whole_blocks(const T* in, algorithm::nvfp4_epilogue<T> e) {
+  namespace nv = reduce::nvfp4;
+  const std::uint32_t kb = static_cast<std::uint32_t>(e.cols / 16);
+  const std::uint64_t count = e.rows * e.cols;
+  const std::uint32_t nb = static_cast<std::uint32_t>(e.rows) * kb;
+  const std::uint32_t step = blockDim.x * gridDim.x, first = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool swz = e.layout == nv::sf_layout::swizzled_128x4;
+  for (std::uint32_t b = first; b < nb; b += step) {
+    const std::uint32_t m = b / kb, k = b - m * kb;
+    float h[16];
+    algorithm::fp4_detail::load_block(in, count, b, h);
+    if constexpr (Residual) {
+      float v[16];
+      algorithm::fp4_detail::load_block(e.residual, count, b, v);
+      ROCENANTE_UNROLL
+      for (int i = 0; i < 16; ++i) h[i] = nv::add_rn(h[i], v[i]);
+    }
+    std::uint32_t w[2];
+    const std::uint8_t sf = nv::encode_block_words(h, e.global_scale, w);
+    algorithm::fp4_detail::store_words(e.out_data + std::uint64_t{b} * 8, w);
+    e.out_scales[swz ? static_cast<std::uint32_t>(nv::sf_offset(e.layout, m, k, e.cols)) : b] = sf;
+  }
+  if (swz) {  // padding of the swizzled array: columns kb..kpad of every row, rows rows..align128(rows): 0
+    const std::uint64_t kpad = (kb + 3) / 4 * 4, prow = (e.rows + 127) / 128 * 128;
+    for (std::uint64_t j = first; j < e.rows * (kpad - kb); j += step)
+      e.out_scales[nv::sf_offset(e.layout, j / (kpad - kb), kb + j % (kpad - kb), e.cols)] = 0;
+    for (std::uint64_t j = first; j < (prow - e.rows) * kpad; j += step)
+      e.out_scales[nv::sf_offset(e.layout, e.rows + j / kpad, j % kpad, e.cols)] = 0;
+  }
+}
+
+/// Launches the quantizing epilogue over rows on `stream`: nvfp4_quantize_whole_blocks where it applies,
+/// otherwise nvfp4_quantize_rows (lean without RMSNorm, full with it). `per_sm`: CTAs of `threads` per SM for the
+/// grid (the general kernels' rows are split over the CTAs). Returns the launch's error.
+template <class T>
+cudaError_t launch_nvfp4_quantize_rows(const T* in, const algorithm::nvfp4_epilogue<T>& e, cudaStream_t stream = 0,
+                                       int threads = 256, int per_sm = 8) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return cudaGetLastError();
+  const bool whole = !e.rms_norm && e.cols % 16 == 0 && e.residual_out == nullptr && e.norm_out == nullptr &&
+                     e.out_data != nullptr && e.rows * (e.cols / 16) < (std::uint64_t{1} << 31);
+  const unsigned grid = static_cast<unsigned>(sms * per_sm);
+  if (whole && e.residual) nvfp4_quantize_whole_blocks<T, true><<<grid, threads, 0, stream>>>(in, e);
+  else if (whole) nvfp4_quantize_whole_blocks<T, false><<<grid, threads, 0, stream>>>(in, e);
+  else if (!e.rms_norm) nvfp4_quantize_rows<T, false><<<grid, threads, 0, stream>>>(in, e);
+  else nvfp4_quantize_rows<T><<<static_cast<unsigned>((e.rows + threads / 32 - 1) / (threads / 32)), threads, 0, stream>>>(in, e);
+  return cudaGetLastError();
 }
 
 /// NVFP4-wire all-reduce (one_shot_fp4::all_reduce), one CTA per part.
