@@ -16,12 +16,12 @@ t=$(date +%s); timeout 120 $b/tests/gpu/test_gpu_nvfp4 >"$OUT/gpu-tests-nvfp4.lo
 say "gpu-tests-nvfp4: rc=$? after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:' "$OUT/gpu-tests-nvfp4.log" | tr '\n' ' ')"
 grep -E "ERROR|differ" "$OUT/gpu-tests-nvfp4.log" | head -10 | tee -a "$S"
 t=$(date +%s)
-timeout 120 $b/benchmarks/gpu/rocenante-bench-nvfp4 --benchmark_filter="${BENCH_FILTER:-copy|quantize}" --benchmark_out="$OUT/nvfp4-h200.json" \
+timeout 120 $b/benchmarks/gpu/rocenante-bench-nvfp4 --benchmark_filter='copy|quantize' --benchmark_out="$OUT/nvfp4-h200.json" \
   --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-nvfp4.log" 2>&1
 say "rocenante-bench-nvfp4 (codec and epilogue rows): rc=$? after $(( $(date +%s) - t )) s"
 grep -E "quantize|copy" "$OUT/bench-nvfp4.log" | awk '{print $1, $2, $3, $NF}' | tee -a "$S"
 t=$(date +%s); NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-if [ -n "$NCU" ] && [ -z "${NO_NCU:-}" ]; then
+if [ -n "$NCU" ]; then
   timeout 60 "$NCU" --clock-control none -k regex:nvfp4_quantize_whole -c 1 --section SpeedOfLight --section Occupancy \
     --section LaunchStats $b/benchmarks/gpu/rocenante-bench-nvfp4 --benchmark_filter='quantize_epilogue/bf16/bytes:67108864/plain/min' \
     --benchmark_min_time=0.01s >"$OUT/ncu-whole.log" 2>&1

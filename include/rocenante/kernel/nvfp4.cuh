@@ -79,7 +79,6 @@ __global__ void __launch_bounds__(threads_per_block, Residual ? 3 : 4)
   const std::uint32_t nb = static_cast<std::uint32_t>(e.rows) * kb;
   const std::uint32_t step = blockDim.x * gridDim.x, first = blockIdx.x * blockDim.x + threadIdx.x;
   const bool swz = e.layout == nv::sf_layout::swizzled_128x4;
-  const std::uint32_t tile = (kb + 3) / 4 * 512;  // bytes of one 128-row band of the swizzled array
   for (std::uint32_t b = first; b < nb; b += step) {
     const std::uint32_t m = b / kb, k = b - m * kb;
     float h[16];
@@ -93,8 +92,7 @@ __global__ void __launch_bounds__(threads_per_block, Residual ? 3 : 4)
     std::uint32_t w[2];
     const std::uint8_t sf = nv::encode_block_words(h, e.global_scale, w);
     algorithm::fp4_detail::store_words(e.out_data + std::uint64_t{b} * 8, w);
-    // nv::sf_offset for the swizzled layout, in 32 bits: (m/128)*tile + (k/4)*512 + (m%32)*16 + ((m%128)/32)*4 + k%4
-    e.out_scales[swz ? (m >> 7) * tile + ((k >> 2) << 9) + ((m & 31u) << 4) + (((m >> 5) & 3u) << 2) + (k & 3u) : b] = sf;
+    e.out_scales[swz ? static_cast<std::uint32_t>(nv::sf_offset(e.layout, m, k, e.cols)) : b] = sf;
   }
   if (swz) {  // padding of the swizzled array: columns kb..kpad of every row, rows rows..align128(rows): 0
     const std::uint64_t kpad = (kb + 3) / 4 * 4, prow = (e.rows + 127) / 128 * 128;
