@@ -222,6 +222,10 @@ TEST_SUITE("gpu.proxy") {
       // proxies deliver to it), its second is posted behind the first.
       const auto t_launch = std::chrono::steady_clock::now();
       if (comm.all_reduce(din.p, d1.p, count, gr.stream) != status::ok) ++bad;
+      // Every rank submits its first collective before any rank submits its second (docs/api.md, harness rule):
+      // streams share the GPU's hardware queues, and a rank's second collective queued ahead of a peer's first
+      // would hold it back until the timeout.
+      b.barrier();
       if (comm.all_reduce<algorithm::ring>(din.p, d2.p, count, gr.stream) != status::ok) ++bad;
       const double launch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_launch).count();
       if (b.rank() == 0) {
@@ -486,6 +490,7 @@ TEST_SUITE("gpu.protocol") {
         cudaEventRecord(ev, other);
         cudaStreamWaitEvent(s, ev, 0);
         if (comm.all_reduce(din.p, dout.p, i % 3 ? count : count / 7, s) != status::ok) ++bad;
+        b.barrier();  // collective i submitted on every rank before any rank submits i + 1 (docs/api.md, harness rule)
       }
       cudaMemcpyAsync(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost, s1.stream);  // i=199 ran on s1
       cudaStreamSynchronize(s1.stream);
