@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(threads_per_block, MinBlocks) nvfp4_quantize_r
 }
 
 /// The quantizing epilogue without RMSNorm for whole blocks (cols % 16 == 0, no residual_out, no norm_out,
-/// out_data set, fewer than 2^31 blocks): block b = m * kb + k is elements [16 b, 16 b + 16) and codes
+/// out_data set, fewer than 2^31 blocks, a scale array below 4 GiB): block b = m * kb + k is elements [16 b, 16 b + 16) and codes
 /// [8 b, 8 b + 8), so the grid walks b like the 1-D codec, in 32-bit indices, in 32 registers (40 with a residual):
 /// full occupancy, which is what the general kernels lack (61 registers; docs/nvfp4.md, section 7). Any grid.
 /// Same bytes as nvfp4_quantize_rows (the same encode and the same scale offsets). Use launch_nvfp4_quantize_rows
@@ -113,7 +113,8 @@ cudaError_t launch_nvfp4_quantize_rows(const T* in, const algorithm::nvfp4_epilo
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return cudaGetLastError();
   const bool whole = !e.rms_norm && e.cols % 16 == 0 && e.residual_out == nullptr && e.norm_out == nullptr &&
-                     e.out_data != nullptr && e.rows * (e.cols / 16) < (std::uint64_t{1} << 31);
+                     e.out_data != nullptr && e.rows * (e.cols / 16) < (std::uint64_t{1} << 31) &&
+                     reduce::nvfp4::sf_bytes(e.layout, e.rows, e.cols) < (std::uint64_t{1} << 32);
   const unsigned grid = static_cast<unsigned>(sms * per_sm);
   if (whole && e.residual) nvfp4_quantize_whole_blocks<T, true><<<grid, threads, 0, stream>>>(in, e);
   else if (whole) nvfp4_quantize_whole_blocks<T, false><<<grid, threads, 0, stream>>>(in, e);
