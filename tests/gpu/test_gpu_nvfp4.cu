@@ -592,6 +592,12 @@ TEST_SUITE("gpu.nvfp4.collectives") {
       epilogue_case<transport::cuda_loopback>(n, {300, 4096, true, true, false, false, fp4::sf_layout::linear}, 40 + n);
       epilogue_case<transport::cuda_loopback>(n, {7, 80, false, false, true, false, fp4::sf_layout::swizzled_128x4}, 50 + n);
     }
+    // shapes the launcher gives the whole-blocks kernel (swizzled, with and without a residual, rows not a
+    // multiple of 128: both padding loops)
+    for (int n : {1, 2}) {
+      epilogue_case<transport::cuda_loopback>(n, {256, 2048, false, false, false, false, fp4::sf_layout::swizzled_128x4}, 70 + n);
+      epilogue_case<transport::cuda_loopback>(n, {130, 80, true, false, false, false, fp4::sf_layout::swizzled_128x4}, 80 + n);
+    }
     epilogue_case<transport::cuda_loopback_proxy>(2, {64, 1024, true, true, true, true, fp4::sf_layout::swizzled_128x4}, 60);
   }
   TEST_CASE("fused all-reduce + residual + RMSNorm with bf16 output (norm_out) equals the host executor on every rank") {

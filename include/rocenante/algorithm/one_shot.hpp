@@ -230,15 +230,19 @@ struct one_shot {
 
  private:
 #if ROCENANTE_DEVICE_PASS
-  /// One LL line: 8 payload bytes, each 4-byte word followed by the call's flag, stored and loaded as one
-  /// 16-byte access (each 8-byte {data, flag} half arrives whole).
+  /// One LL line: 8 payload bytes, each 4-byte word followed by the call's flag — two 8-byte {data, flag} words,
+  /// stored and loaded as the two 64-bit elements of one 16-byte access. Each element is an aligned 64-bit access,
+  /// so its data and flag arrive together (the memory model's single-copy atomicity of an aligned 8-byte access;
+  /// nothing is assumed about the two halves' order). Returned as {data0, flag, data1, flag} words.
   ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE void ll_store(std::byte* p, std::uint32_t a, std::uint32_t b, std::uint32_t f) {
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(f), "r"(b), "r"(f) : "memory");
+    const std::uint64_t lo = (std::uint64_t{f} << 32) | a, hi = (std::uint64_t{f} << 32) | b;
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(lo), "l"(hi) : "memory");
   }
   ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE uint4 ll_load(const std::byte* p) {
-    uint4 u;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p) : "memory");
-    return u;
+    std::uint64_t lo, hi;
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(p) : "memory");
+    return make_uint4(static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(lo >> 32), static_cast<std::uint32_t>(hi),
+                      static_cast<std::uint32_t>(hi >> 32));
   }
 
   /// One-shot all-reduce in LL lines (decode-size messages on GPUs whose ranks store into each other's windows):

@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(threads_per_block, MinBlocks) nvfp4_quantize_r
 /// The quantizing epilogue without RMSNorm for whole blocks (cols % 16 == 0, no residual_out, no norm_out,
 /// out_data set, fewer than 2^31 blocks, a scale array below 4 GiB): block b = m * kb + k is elements [16 b, 16 b + 16) and codes
 /// [8 b, 8 b + 8), so the grid walks b like the 1-D codec, in 32-bit indices, in 32 registers (40 with a residual):
-/// full occupancy, which is what the general kernels lack (61 registers; docs/nvfp4.md, section 7). Any grid.
+/// full occupancy, which is what the general kernels lack (61 registers; docs/nvfp4.md, section 7). Any grid of
+/// fewer than 2^32 threads in all; at most threads_per_block (512) threads per CTA.
 /// Same bytes as nvfp4_quantize_rows (the same encode and the same scale offsets). Use launch_nvfp4_quantize_rows
 /// to pick the kernel.
 template <class T, bool Residual>
@@ -109,6 +110,7 @@ __global__ void __launch_bounds__(threads_per_block, Residual ? 3 : 4)
 template <class T>
 cudaError_t launch_nvfp4_quantize_rows(const T* in, const algorithm::nvfp4_epilogue<T>& e, cudaStream_t stream = 0,
                                        int threads = 256, int per_sm = 8) {
+  if (e.rows == 0 || e.cols == 0) return cudaSuccess;  // nothing to quantize (and a grid of 0 would not launch)
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return cudaGetLastError();

@@ -154,15 +154,22 @@ class session {
     }
   }
 
-  /// The 32-bit flag of this call inside LL lines (algorithm/one_shot.hpp): sequence and call signature mixed,
-  /// odd, so never the zero of an unwritten (or consumed and cleared) line. Consecutive sequences never share it.
-  ROCENANTE_HOST_DEVICE std::uint32_t inline_flag() const { return ((seq_ * 0x9E3779B1u) ^ signature_) | 1u; }
+  /// The 32-bit flag of this call inside LL lines (algorithm/one_shot.hpp): x = (seq * 0x9E3779B1) ^ signature,
+  /// which differs between two signatures at one sequence and between sequences s and s + 2 of one signature; never
+  /// zero (the value of an unwritten or consumed line): x = 0 becomes 1 << 23, which is x only for a signature whose
+  /// count has bit 23 set — never an LL call (at most 64 KiB), so no LL call of another signature shares it.
+  ROCENANTE_HOST_DEVICE std::uint32_t inline_flag() const {
+    const std::uint32_t x = (seq_ * 0x9E3779B1u) ^ signature_;
+    return x != 0 ? x : (1u << 23);
+  }
 
   /// The bound of an LL wait (flag inside the data): the caller polls its lines and calls this after every poll
   /// that found a line of `peer` not ready, with `other` = a nonzero flag word of that line that is not
-  /// inline_flag() (0 if none). Every 16th call it checks what wait_one checks: the poison word, this part's
-  /// flag of `channel` (an abort, or a peer that called another collective on the flag path), a line of
-  /// another call (mismatch), time and poll budget. Returns false after recording a failure; true: poll again.
+  /// inline_flag() (0 if none). Every 16th call it checks: the poison word, this part's flag of `channel` for a
+  /// peer's abort of this sequence, a line of another call (mismatch), time and poll budget. A flag word of a call
+  /// on the packet path is not taken as a mismatch: the LL path never rewrites flag words, so a word 2^32
+  /// sequences old could carry this sequence number (a peer that did take the packet path fails its own wait for
+  /// this rank's flag and aborts). Returns false after recording a failure; true: poll again.
   ROCENANTE_HOST_DEVICE bool inline_wait_check(int peer, std::uint32_t channel, std::uint32_t other, std::uint64_t start,
                                                std::uint64_t& polls) {
     if ((++polls & 15u) != 0) {
@@ -173,10 +180,9 @@ class session {
     const std::uint64_t expected = flag_value();
     const std::uint64_t seen = detail::load_acquire(h_.local_flag(h_.layout().flag_index(slot(), part_, channel)), h_.scope());
     const std::uint64_t waited = detail::now_ns() - start;
-    if (flag_seq(seen) == seq_ && seen != flag_unset) {
+    if (flag_seq(seen) == seq_ && seen != flag_unset && is_abort(flag_signature(seen))) {
       const std::uint32_t sig = flag_signature(seen);
-      if (is_abort(sig)) return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
-      return fail(failure_kind::mismatch, peer, channel, expected, seen, waited);
+      return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
     }
     if (other != 0) return fail(failure_kind::mismatch, peer, channel, inline_flag(), other, waited);
     const bool out_of_time = policy_.timeout_ns != 0 && waited >= policy_.timeout_ns;
