@@ -6,7 +6,8 @@
 //        kernel::launch_nvfp4_quantize_rows: variant plain (x -> NVFP4, swizzled scales: the whole-blocks kernel),
 //        residual_rmsnorm (x + residual -> residual_out, RMSNorm -> NVFP4: nvfp4_quantize_rows, the device code
 //        all_reduce_quantize runs per row). plain/rows_kernel[/linear]/in_flight:1/ctas_per_sm:8: the general lean
-//        kernel (rows split over CTAs) for comparison. Counters: GBps = compulsory bytes (inputs read once, outputs
+//        kernel (rows split over CTAs) for comparison; plain/whole_kernel/ahead:<0|1>/ctas_per_sm:<4|8|16>: the
+//        whole-blocks kernel without and with its next block loaded ahead. Counters: GBps = compulsory bytes (inputs read once, outputs
 //        written once) / time; vs_copy = GBps / rw_GBps of a 64 MiB copy measured inside the same benchmark
 //        (acceptance: >= 0.70).
 //   nvfp4/quantize/bf16/bytes:67108864             the 1-D codec kernel (kernel::nvfp4_quantize), same counters
@@ -97,6 +98,8 @@ void fill_bf16(bf16* d, std::size_t n, std::uint32_t seed, float sigma) {
   cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice);
 }
 
+constexpr int whole_plain = -1, whole_ahead = -2;  // bench_epilogue's `in_flight` for the whole-blocks kernel, explicitly
+
 /// The standalone quantizing epilogue on 64 MiB of bf16, 8192 rows x 4096 cols.
 /// `in_flight` (plain only): blocks per thread loaded together; `per_sm`: CTAs of 256 per SM in the grid.
 void bench_epilogue(benchmark::State& state, bool full, int in_flight = 0, int per_sm = 8, bool swizzled = true) {
@@ -133,7 +136,9 @@ void bench_epilogue(benchmark::State& state, bool full, int in_flight = 0, int p
   // per_sm CTAs of 256 per SM
   const int threads = 256, grid = full ? static_cast<int>(rows / (threads / 32)) : sms * per_sm;
   auto launch = [&] {
-    if (in_flight == 0) (void)kernel::launch_nvfp4_quantize_rows(x, e, 0, threads, per_sm);
+    if (in_flight == whole_plain) kernel::nvfp4_quantize_whole_blocks<bf16, false><<<sms * per_sm, threads>>>(x, e);
+    else if (in_flight == whole_ahead) kernel::nvfp4_quantize_whole_blocks<bf16, false, true><<<sms * per_sm, threads>>>(x, e);
+    else if (in_flight == 0) (void)kernel::launch_nvfp4_quantize_rows(x, e, 0, threads, per_sm);
     else if (in_flight == 4) kernel::nvfp4_quantize_rows<bf16, false, 4><<<grid, threads>>>(x, e);
     else if (in_flight == 2) kernel::nvfp4_quantize_rows<bf16, false, 2><<<grid, threads>>>(x, e);
     else kernel::nvfp4_quantize_rows<bf16, false, 1><<<grid, threads>>>(x, e);
@@ -299,6 +304,15 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_epilogue(s, false, f, per_sm, swz); })
         ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
   }
+  // the whole-blocks kernel itself: without and with the next block's loads issued ahead, x CTAs of 256 per SM
+  for (int ahead : {0, 1})
+    for (int per_sm : {4, 8, 16}) {
+      const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain/whole_kernel/ahead:" + std::to_string(ahead) +
+                               "/ctas_per_sm:" + std::to_string(per_sm);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+        bench_epilogue(s, false, ahead ? whole_ahead : whole_plain, per_sm, true);
+      })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+    }
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/residual_rmsnorm",
                                [](benchmark::State& s) { bench_epilogue(s, true); })
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);

@@ -13,6 +13,7 @@
 // the last 64 collectives, with and without programmatic dependent launch.
 //
 // usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16] [capacity_bytes=67108864]
+// (ROCENANTE_BENCH_MIN_PART=<bytes> sets options::min_part_bytes, the input per CTA)
 #define ROCENANTE_TRACE_PHASES 1
 #include <cuda_runtime.h>
 
@@ -41,6 +42,8 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   options o = gpu::default_options();
   o.capacity_bytes = std::max(bytes, capacity);
   o.max_parts = max_parts;
+  // ROCENANTE_BENCH_MIN_PART: input bytes per CTA below which the call is not split further (as in bench_gpu.cu)
+  if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
   std::vector<std::unique_ptr<gpu::communicator<transport::cuda_loopback>>> comms(n);
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     comms[b.rank()] = std::make_unique<gpu::communicator<transport::cuda_loopback>>(b, o);

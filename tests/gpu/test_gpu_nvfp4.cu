@@ -396,18 +396,24 @@ void epilogue_case(int n, const epi_shape& c, std::uint32_t seed) {
         auto e2 = e;
         e2.residual_out = nullptr;
         e2.norm_out = nullptr;
-        for (int grid : {1056, 5}) {
-          CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
-          CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
-          if (e2.residual) kernel::nvfp4_quantize_whole_blocks<bf16, true><<<grid, 256>>>(din.as<bf16>(), e2);
-          else kernel::nvfp4_quantize_whole_blocks<bf16, false><<<grid, 256>>>(din.as<bf16>(), e2);
-          CUDA_REQUIRE(cudaGetLastError());
-          CUDA_REQUIRE(cudaDeviceSynchronize());
-          CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
-          CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
-          CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": whole-blocks kernel (grid " << grid << ") codes differ");
-          CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": whole-blocks kernel (grid " << grid << ") scales differ");
-        }
+        // grids: more threads than blocks, a few threads looping over many blocks, a thread per block and more
+        for (int ahead : {0, 1})
+          for (int grid : {1056, 5, 1}) {
+            CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
+            CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
+            if (e2.residual && ahead) kernel::nvfp4_quantize_whole_blocks<bf16, true, true><<<grid, 256>>>(din.as<bf16>(), e2);
+            else if (e2.residual) kernel::nvfp4_quantize_whole_blocks<bf16, true><<<grid, 256>>>(din.as<bf16>(), e2);
+            else if (ahead) kernel::nvfp4_quantize_whole_blocks<bf16, false, true><<<grid, 256>>>(din.as<bf16>(), e2);
+            else kernel::nvfp4_quantize_whole_blocks<bf16, false><<<grid, 256>>>(din.as<bf16>(), e2);
+            CUDA_REQUIRE(cudaGetLastError());
+            CUDA_REQUIRE(cudaDeviceSynchronize());
+            CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
+            CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
+            CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0,
+                          where << ": whole-blocks kernel (ahead " << ahead << ", grid " << grid << ") codes differ");
+            CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0,
+                          where << ": whole-blocks kernel (ahead " << ahead << ", grid " << grid << ") scales differ");
+          }
         CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
         CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
         CUDA_REQUIRE(kernel::launch_nvfp4_quantize_rows(din.as<bf16>(), e));  // the launcher with the case's own epilogue

@@ -68,10 +68,13 @@ __global__ void __launch_bounds__(threads_per_block, MinBlocks) nvfp4_quantize_r
 /// out_data set, fewer than 2^31 blocks, a scale array below 4 GiB): block b = m * kb + k is elements [16 b, 16 b + 16) and codes
 /// [8 b, 8 b + 8), so the grid walks b like the 1-D codec, in 32-bit indices, in 32 registers (40 with a residual):
 /// full occupancy, which is what the general kernels lack (61 registers; docs/nvfp4.md, section 7). Any grid of
-/// fewer than 2^32 threads in all; at most threads_per_block (512) threads per CTA.
+/// fewer than 2^31 threads in all (so b + step never wraps); at most threads_per_block (512) threads per CTA.
+/// `Ahead`: each thread loads its next block before it encodes the current one (the raw bytes in registers), so a
+/// block's load latency overlaps the previous block's arithmetic; needs `in` (and `e.residual`) 16-byte aligned.
+/// Without it a thread's next loads wait for its stores (the compiler must assume they may alias).
 /// Same bytes as nvfp4_quantize_rows (the same encode and the same scale offsets). Use launch_nvfp4_quantize_rows
 /// to pick the kernel.
-template <class T, bool Residual>
+template <class T, bool Residual, bool Ahead = false>
 __global__ void __launch_bounds__(threads_per_block, Residual ? 3 : 4)
     nvfp4_quantize_whole_blocks(const T* in, algorithm::nvfp4_epilogue<T> e) {
   namespace nv = reduce::nvfp4;
@@ -80,20 +83,79 @@ __global__ void __launch_bounds__(threads_per_block, Residual ? 3 : 4)
   const std::uint32_t nb = static_cast<std::uint32_t>(e.rows) * kb;
   const std::uint32_t step = blockDim.x * gridDim.x, first = blockIdx.x * blockDim.x + threadIdx.x;
   const bool swz = e.layout == nv::sf_layout::swizzled_128x4;
-  for (std::uint32_t b = first; b < nb; b += step) {
+  // nv::sf_offset in 32 bits (the launcher's precondition: the scale array is below 4 GiB)
+  const std::uint32_t tile_row_bytes = (kb + 3) / 4 * 512;
+  auto sf_at = [&](std::uint32_t m, std::uint32_t k) -> std::uint32_t {
+    if (!swz) return m * kb + k;
+    return (m / 128) * tile_row_bytes + (k / 4) * 512 + (m % 32) * 16 + ((m % 128) / 32) * 4 + (k % 4);
+  };
+  auto finish = [&](std::uint32_t b, float (&h)[16]) {
     const std::uint32_t m = b / kb, k = b - m * kb;
-    float h[16];
-    algorithm::fp4_detail::load_block(in, count, b, h);
-    if constexpr (Residual) {
-      float v[16];
-      algorithm::fp4_detail::load_block(e.residual, count, b, v);
-      ROCENANTE_UNROLL
-      for (int i = 0; i < 16; ++i) h[i] = nv::add_rn(h[i], v[i]);
-    }
     std::uint32_t w[2];
     const std::uint8_t sf = nv::encode_block_words(h, e.global_scale, w);
     algorithm::fp4_detail::store_words(e.out_data + std::uint64_t{b} * 8, w);
-    e.out_scales[swz ? static_cast<std::uint32_t>(nv::sf_offset(e.layout, m, k, e.cols)) : b] = sf;
+    e.out_scales[sf_at(m, k)] = sf;
+  };
+  if constexpr (Ahead) {
+    constexpr int V = static_cast<int>(sizeof(T));  // 16-byte vectors per block of 16 elements
+    constexpr int per = 16 / static_cast<int>(sizeof(T));
+    constexpr int RV = Residual ? V : 1;
+    auto load_raw = [](const T* x, std::uint32_t b, uint4* u) {
+      const uint4* p = reinterpret_cast<const uint4*>(x + std::uint64_t{b} * 16);
+      ROCENANTE_UNROLL
+      for (int j = 0; j < V; ++j) u[j] = __ldg(p + j);
+    };
+    auto widen = [](const uint4* u, float (&h)[16]) {
+      ROCENANTE_UNROLL
+      for (int j = 0; j < V; ++j) {
+        const T* t = reinterpret_cast<const T*>(&u[j]);
+        ROCENANTE_UNROLL
+        for (int i = 0; i < per; ++i) h[j * per + i] = nv::to_float(t[i]);
+      }
+    };
+    uint4 cur[V], curr[RV];
+    std::uint32_t b = first;
+    if (b < nb) {
+      load_raw(in, b, cur);
+      if constexpr (Residual) load_raw(e.residual, b, curr);
+    }
+    for (; b < nb; b += step) {
+      uint4 nxt[V], nxtr[RV];
+      const bool more = step < nb - b;
+      if (more) {
+        load_raw(in, b + step, nxt);
+        if constexpr (Residual) load_raw(e.residual, b + step, nxtr);
+      }
+      float h[16];
+      widen(cur, h);
+      if constexpr (Residual) {
+        float v[16];
+        widen(curr, v);
+        ROCENANTE_UNROLL
+        for (int i = 0; i < 16; ++i) h[i] = nv::add_rn(h[i], v[i]);
+      }
+      finish(b, h);
+      if (more) {
+        ROCENANTE_UNROLL
+        for (int j = 0; j < V; ++j) cur[j] = nxt[j];
+        if constexpr (Residual) {
+          ROCENANTE_UNROLL
+          for (int j = 0; j < V; ++j) curr[j] = nxtr[j];
+        }
+      }
+    }
+  } else {
+    for (std::uint32_t b = first; b < nb; b += step) {
+      float h[16];
+      algorithm::fp4_detail::load_block(in, count, b, h);
+      if constexpr (Residual) {
+        float v[16];
+        algorithm::fp4_detail::load_block(e.residual, count, b, v);
+        ROCENANTE_UNROLL
+        for (int i = 0; i < 16; ++i) h[i] = nv::add_rn(h[i], v[i]);
+      }
+      finish(b, h);
+    }
   }
   if (swz) {  // padding of the swizzled array: columns kb..kpad of every row, rows rows..align128(rows): 0
     const std::uint64_t kpad = (kb + 3) / 4 * 4, prow = (e.rows + 127) / 128 * 128;
@@ -118,7 +180,10 @@ cudaError_t launch_nvfp4_quantize_rows(const T* in, const algorithm::nvfp4_epilo
                      e.out_data != nullptr && e.rows * (e.cols / 16) < (std::uint64_t{1} << 31) &&
                      reduce::nvfp4::sf_bytes(e.layout, e.rows, e.cols) < (std::uint64_t{1} << 32);
   const unsigned grid = static_cast<unsigned>(sms * per_sm);
-  if (whole && e.residual) nvfp4_quantize_whole_blocks<T, true><<<grid, threads, 0, stream>>>(in, e);
+  const bool ahead = reduce::detail::aligned16(in) && (e.residual == nullptr || reduce::detail::aligned16(e.residual));
+  if (whole && e.residual && ahead) nvfp4_quantize_whole_blocks<T, true, true><<<grid, threads, 0, stream>>>(in, e);
+  else if (whole && e.residual) nvfp4_quantize_whole_blocks<T, true><<<grid, threads, 0, stream>>>(in, e);
+  else if (whole && ahead) nvfp4_quantize_whole_blocks<T, false, true><<<grid, threads, 0, stream>>>(in, e);
   else if (whole) nvfp4_quantize_whole_blocks<T, false><<<grid, threads, 0, stream>>>(in, e);
   else if (!e.rms_norm) nvfp4_quantize_rows<T, false><<<grid, threads, 0, stream>>>(in, e);
   else nvfp4_quantize_rows<T><<<static_cast<unsigned>((e.rows + threads / 32 - 1) / (threads / 32)), threads, 0, stream>>>(in, e);
