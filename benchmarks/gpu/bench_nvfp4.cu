@@ -6,7 +6,7 @@
 //        kernel::launch_nvfp4_quantize_rows: variant plain (x -> NVFP4, swizzled scales: the whole-blocks kernel),
 //        residual_rmsnorm (x + residual -> residual_out, RMSNorm -> NVFP4: nvfp4_quantize_rows, the device code
 //        all_reduce_quantize runs per row). plain/rows_kernel[/linear]/in_flight:1/ctas_per_sm:8: the general lean
-//        kernel (rows split over CTAs) for comparison; plain/whole_kernel/ahead:<0|1>/ctas_per_sm:<4|8|16>: the
+//        kernel (rows split over CTAs) for comparison; plain/whole_kernel/ahead:<0|1>/ctas_per_sm:<8|16|32>: the
 //        whole-blocks kernel without and with its next block loaded ahead. Counters: GBps = compulsory bytes (inputs read once, outputs
 //        written once) / time; vs_copy = GBps / rw_GBps of a 64 MiB copy measured inside the same benchmark
 //        (acceptance: >= 0.70).
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
   }
   // the whole-blocks kernel itself: without and with the next block's loads issued ahead, x CTAs of 256 per SM
   for (int ahead : {0, 1})
-    for (int per_sm : {4, 8, 16}) {
+    for (int per_sm : {8, 16, 32}) {
       const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain/whole_kernel/ahead:" + std::to_string(ahead) +
                                "/ctas_per_sm:" + std::to_string(per_sm);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {

@@ -56,5 +56,5 @@ for mp in 32 48; do t=$(date +%s)
     --benchmark_out="$OUT/big-$mp.json" --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-big-$mp.log" 2>&1
   say "rocenante-bench-gpu 64 MiB, max_parts $mp: rc=$? after $(( $(date +%s) - t )) s"; grep -E "^all_reduce|^copy" "$OUT/bench-big-$mp.log" | tee -a "$S"
 done
-cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz *.log *.json && cd "$root"
+cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.log *.log *.json && find . -maxdepth 1 -type f ! -name summary.log ! -name logs.tar.gz -delete; cd "$root"
 say "total: $(( $(date +%s) - t0 )) s"

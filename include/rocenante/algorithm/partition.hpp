@@ -17,10 +17,18 @@ struct range {
 
 /// Packets each thread keeps in flight in copy and reduce loops: several independent 16-byte loads per thread
 /// hide memory latency on a GPU; on the host one is as good as four.
-inline constexpr int unroll = ROCENANTE_DEVICE_PASS ? 4 : 1;
+/// ROCENANTE_DEVICE_UNROLL / ROCENANTE_DEVICE_REDUCE_UNROLL override the device values (tuning experiments:
+/// tools/gpu/ builds a second benchmark binary with them; every rank must be built with the same values).
+#ifndef ROCENANTE_DEVICE_UNROLL
+#define ROCENANTE_DEVICE_UNROLL 4
+#endif
+#ifndef ROCENANTE_DEVICE_REDUCE_UNROLL
+#define ROCENANTE_DEVICE_REDUCE_UNROLL 2
+#endif
+inline constexpr int unroll = ROCENANTE_DEVICE_PASS ? ROCENANTE_DEVICE_UNROLL : 1;
 /// one_shot's reduce loop: a thread loads `source_group` sources x `reduce_unroll` packets before it adds
 /// (8 x 16 bytes in flight per thread, no register spills at 512 threads per CTA for fp32/fp16/bf16 on sm_90).
-inline constexpr int reduce_unroll = ROCENANTE_DEVICE_PASS ? 2 : 1;
+inline constexpr int reduce_unroll = ROCENANTE_DEVICE_PASS ? ROCENANTE_DEVICE_REDUCE_UNROLL : 1;
 inline constexpr int source_group = ROCENANTE_DEVICE_PASS ? 4 : 1;
 
 /// Part `part` of `parts` over `total` items: contiguous, in order, sizes differ by at most one.

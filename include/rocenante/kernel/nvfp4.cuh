@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(threads_per_block, MinBlocks) nvfp4_quantize_r
 /// Same bytes as nvfp4_quantize_rows (the same encode and the same scale offsets). Use launch_nvfp4_quantize_rows
 /// to pick the kernel.
 template <class T, bool Residual, bool Ahead = false>
-__global__ void __launch_bounds__(threads_per_block, Residual ? 3 : 4)
+__global__ void __launch_bounds__(threads_per_block, Ahead ? 2 : (Residual ? 3 : 4))
     nvfp4_quantize_whole_blocks(const T* in, algorithm::nvfp4_epilogue<T> e) {
   namespace nv = reduce::nvfp4;
   const std::uint32_t kb = static_cast<std::uint32_t>(e.cols / 16);
