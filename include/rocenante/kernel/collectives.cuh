@@ -23,8 +23,15 @@ ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void dependent_launch_entry() {
 #endif
 }
 
+/// CTAs per SM the compiler must leave registers for in the collective kernels (launch bounds). 1 by default:
+/// ranks sharing a GPU then fit one CTA of each rank's collective per SM (the co-residency bound counts them).
+/// A tuning experiment (tools/gpu/) builds with 2: at most 64 registers per thread, twice the resident CTAs.
+#ifndef ROCENANTE_KERNEL_MIN_BLOCKS
+#define ROCENANTE_KERNEL_MIN_BLOCKS 1
+#endif
+
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue>
-__global__ void __launch_bounds__(threads_per_block, 1)
+__global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
     all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count, Epilogue epi = {}) {
   dependent_launch_entry();
@@ -35,7 +42,7 @@ __global__ void __launch_bounds__(threads_per_block, 1)
 }
 
 template <class Algorithm, class Reduction, class Handle>
-__global__ void __launch_bounds__(threads_per_block, 1)
+__global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
     all_gather(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count) {
   dependent_launch_entry();
