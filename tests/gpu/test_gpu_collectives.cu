@@ -211,7 +211,12 @@ TEST_SUITE("gpu.proxy") {
     o.capacity_bytes = 1 << 20;
     o.timeout_ns = 5'000'000'000ull;
     // ROCENANTE_TEST_MAX_PARTS: fewer CTAs per rank, to tell whether the intermittent stall depends on residency
-    if (const char* e = std::getenv("ROCENANTE_TEST_MAX_PARTS")) o.max_parts = static_cast<std::uint32_t>(std::atoi(e));
+    if (const char* e = std::getenv("ROCENANTE_TEST_MAX_PARTS")) {
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(e, &end, 10);
+      REQUIRE_MESSAGE((end != e && *end == '\0' && v >= 1 && v <= max_parts_limit), "ROCENANTE_TEST_MAX_PARTS=" << e << " is not a count in [1, 1024]");
+      o.max_parts = static_cast<std::uint32_t>(v);
+    }
     std::atomic<int> bad{0};
     host::spawn_ranks(n, [&](bootstrap::in_process& b) {
       gpu::communicator<transport::cuda_loopback_proxy> comm(b, o);
@@ -405,11 +410,12 @@ TEST_SUITE("gpu.graph") {
   }
 }
 
-/// Rank 3 never launches: every other rank reports it by name within the timeout + 1 s without a device
-/// synchronize, its kernel ends by itself, and later calls are no-ops.
+/// The last rank never launches: every other rank reports it by name within the timeout + 1 s without a device
+/// synchronize, its kernel ends by itself, and later calls are no-ops. At 2 ranks a call of at most 64 KiB takes
+/// the LL path (one_shot::uses_ll), whose waits are the inline checks, not wait_one.
 template <class Transport>
-void never_launches(std::size_t count) {
-  const int n = 4, dead = 3;
+void never_launches(std::size_t count, int n = 4) {
+  const int dead = n - 1;
   options o = gpu::default_options();
   o.capacity_bytes = 1 << 20;
   o.timeout_ns = 300'000'000ull;  // 300 ms
@@ -430,7 +436,7 @@ void never_launches(std::size_t count) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       MESSAGE("rank " << b.rank() << " saw the failure after " << ms << " ms (timeout 300 ms): " << h.message);
-      if (h.ok() || h.failure.peer != dead || h.message.find("rank 3") == std::string::npos) ++bad;
+      if (h.ok() || h.failure.peer != dead || h.message.find("rank " + std::to_string(dead)) == std::string::npos) ++bad;
       if (ms > 300 + 1000) ++bad;
       if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;  // the kernel ended by itself
       const auto t1 = std::chrono::steady_clock::now();
@@ -442,6 +448,46 @@ void never_launches(std::size_t count) {
 CHECK(bad.load() == 0);
 }
 
+
+/// Rank `refuser` passes a null output; every other rank must fail at once (mismatch, naming it), not at the
+/// timeout, and every later call is poisoned.
+/// Whether a 2-rank all-reduce of `count` floats split into `parts` takes the LL path with the options these tests
+/// use (1 MiB capacity): the premise of the 2-rank failure cases.
+inline bool takes_ll_path(std::uint64_t count, std::uint32_t parts) {
+  options o = gpu::default_options();
+  o.capacity_bytes = 1 << 20;
+  return algorithm::one_shot::uses_ll<reduce::sum<float>>(host::make_layout<algorithm::one_shot, algorithm::ring>(2, o, true), 2,
+                                                          count, parts, kernel::threads_per_block);
+}
+
+inline void refuses_input(int n, int refuser) {
+  options o = gpu::default_options();
+  o.capacity_bytes = 1 << 20;
+  o.timeout_ns = 5'000'000'000ull;
+  std::atomic<int> bad{0};
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    gpu::communicator<> comm(b, o);
+    gpu_rank gr;
+    dev_buf<float> din(4096), dout(4096);
+    cudaMemset(din.p, 0, 4096 * 4);
+    cudaDeviceSynchronize();
+    b.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    const status st = comm.all_reduce(din.p, b.rank() == refuser ? nullptr : dout.p, 4096, gr.stream);
+    cudaStreamSynchronize(gr.stream);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto h = comm.check_health();
+    MESSAGE("rank " << b.rank() << ": " << std::string(to_string(st)) << " after " << ms << " ms: " << h.message);
+    if (b.rank() == refuser) {
+      if (st != status::invalid_argument) ++bad;
+    } else {
+      if (h.ok() || h.failure.peer != refuser || h.state != status::mismatch) ++bad;
+    }
+    if (ms > 1000) ++bad;  // far below the 5 s timeout
+    if (comm.all_reduce(din.p, dout.p, 4096, gr.stream) != status::poisoned) ++bad;
+  });
+  CHECK(bad.load() == 0);
+}
 
 TEST_SUITE("gpu.protocol") {
   TEST_CASE("sequence numbers wrap through 2^31 and 2^32 without a wrong result") {
@@ -518,32 +564,42 @@ TEST_SUITE("gpu.protocol") {
   TEST_CASE("proxy mode, many parts: a rank that never launches is reported by every other rank (each CTA aborts its own part)") {
     never_launches<transport::cuda_loopback_proxy>(65536);  // 256 KiB: 16 parts, each with its own post queue
   }
+  TEST_CASE("2 ranks (LL path): a rank that never launches is reported by its peer, which becomes a no-op") {
+    REQUIRE(takes_ll_path(4096, 4));
+    never_launches<transport::cuda_loopback>(4096, 2);
+  }
   TEST_CASE("a rank that refuses its input makes every peer fail at once instead of pairing with its next call") {
+    refuses_input(4, 2);
+  }
+  TEST_CASE("2 ranks (LL path): a rank that refuses its input makes its peer fail at once") {
+    REQUIRE(takes_ll_path(4096, 4));
+    refuses_input(2, 1);
+  }
+  TEST_CASE("2 ranks (LL path): calls with different counts (1002 and 1003 floats) fail on both ranks as a mismatch") {
+    REQUIRE(takes_ll_path(1002, 1));
+    REQUIRE(takes_ll_path(1003, 1));
     options o = gpu::default_options();
     o.capacity_bytes = 1 << 20;
     o.timeout_ns = 5'000'000'000ull;
     std::atomic<int> bad{0};
-    host::spawn_ranks(4, [&](bootstrap::in_process& b) {
+    host::spawn_ranks(2, [&](bootstrap::in_process& b) {
       gpu::communicator<> comm(b, o);
       gpu_rank gr;
-      dev_buf<float> din(4096), dout(4096);
-      cudaMemset(din.p, 0, 4096 * 4);
+      dev_buf<float> din(1003), dout(1003);
+      cudaMemset(din.p, 0, 1003 * 4);
       cudaDeviceSynchronize();
       b.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      // rank 2 passes a null output; the others a valid call
-      const status st = comm.all_reduce(din.p, b.rank() == 2 ? nullptr : dout.p, 4096, gr.stream);
+      const std::size_t count = b.rank() == 0 ? 1002 : 1003;  // the same packets (251), another signature
+      const status st = comm.all_reduce(din.p, dout.p, count, gr.stream);
       cudaStreamSynchronize(gr.stream);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const auto h = comm.check_health();
-      MESSAGE("rank " << b.rank() << ": " << std::string(to_string(st)) << " after " << ms << " ms: " << h.message);
-      if (b.rank() == 2) {
-        if (st != status::invalid_argument) ++bad;
-      } else {
-        if (h.ok() || h.failure.peer != 2 || h.state != status::mismatch) ++bad;
-      }
-      if (ms > 1000) ++bad;  // far below the 5 s timeout
-      if (comm.all_reduce(din.p, dout.p, 4096, gr.stream) != status::poisoned) ++bad;
+      MESSAGE("rank " << b.rank() << ": launch " << std::string(to_string(st)) << ", health after " << ms << " ms: " << h.message);
+      if (st != status::ok) ++bad;  // the launch itself is valid; the peer's call differs
+      if (h.ok() || h.state != status::mismatch) ++bad;
+      if (ms > 1000) ++bad;  // far below the 5 s timeout: the peer's lines carry another call's flag
+      if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
     });
     CHECK(bad.load() == 0);
   }
