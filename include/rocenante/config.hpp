@@ -56,7 +56,8 @@ inline constexpr std::uint64_t ll_max_bytes = 64 * 1024;
 /// Most ranks for which the LL path is used. Measured on one H200 (bf16, 48 KiB, graph replay; receipt
 /// docs/results/h200-2026-12-04/ll-1145a32): LL vs packets + flag, programmatic launch off / on: 2 ranks 4.26 /
 /// 3.55 us vs 4.43 / 3.83 us (faster); 4 ranks 5.31 / 4.66 us vs 5.05 / 4.15 us and 8 ranks 8.63 us vs 6.28 us
-/// (slower: each thread polls 2(n-1) lines and the LL bytes double, against one flag per peer per CTA).
+/// (slower: each thread polls 2(n-1) lines and the LL bytes double, against one flag per peer per CTA). With more
+/// CTAs per rank (s5e-0f5442b, programmatic launch on) LL at 4 ranks: 48 KiB 4.46 us vs 4.24 us, 8 KiB 3.96 vs 4.15 us.
 /// ROCENANTE_LL_MAX_RANKS overrides it for tuning experiments (tools/gpu/s5e-run.sh); it selects the protocol, so
 /// every rank of a communicator must be built with the same value (a peer on the other path fails the call).
 #ifndef ROCENANTE_LL_MAX_RANKS
