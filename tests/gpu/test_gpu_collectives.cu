@@ -449,16 +449,48 @@ CHECK(bad.load() == 0);
 }
 
 
-/// Rank `refuser` passes a null output; every other rank must fail at once (mismatch, naming it), not at the
-/// timeout, and every later call is poisoned.
-/// Whether a 2-rank all-reduce of `count` floats split into `parts` takes the LL path with the options these tests
-/// use (1 MiB capacity): the premise of the 2-rank failure cases.
-inline bool takes_ll_path(std::uint64_t count, std::uint32_t parts) {
+/// Whether a 2-rank all-reduce of `count` floats takes the LL path with the options these tests use (1 MiB
+/// capacity), split as gpu::communicator::parts_for splits it: the premise of the 2-rank failure cases.
+inline bool takes_ll_path(std::uint64_t count) {
   options o = gpu::default_options();
   o.capacity_bytes = 1 << 20;
+  const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<reduce::sum<float>>);
+  const std::uint32_t parts = algorithm::part_count(packets, protocol::ceil_div(o.min_part_bytes, packet_bytes), o.max_parts);
   return algorithm::one_shot::uses_ll<reduce::sum<float>>(host::make_layout<algorithm::one_shot, algorithm::ring>(2, o, true), 2,
                                                           count, parts, kernel::threads_per_block);
 }
+
+/// Rank 0 calls with `ca` floats, rank 1 with `cb` (cb >= ca): both must report a mismatch well before the
+/// timeout, and every later call is poisoned.
+inline void different_counts(std::size_t ca, std::size_t cb) {
+  options o = gpu::default_options();
+  o.capacity_bytes = 1 << 20;
+  o.timeout_ns = 5'000'000'000ull;
+  std::atomic<int> bad{0};
+  host::spawn_ranks(2, [&](bootstrap::in_process& b) {
+    gpu::communicator<> comm(b, o);
+    gpu_rank gr;
+    dev_buf<float> din(cb), dout(cb);
+    cudaMemset(din.p, 0, cb * 4);
+    cudaDeviceSynchronize();
+    b.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::size_t count = b.rank() == 0 ? ca : cb;
+    const status st = comm.all_reduce(din.p, dout.p, count, gr.stream);
+    cudaStreamSynchronize(gr.stream);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto h = comm.check_health();
+    MESSAGE("rank " << b.rank() << ": launch " << std::string(to_string(st)) << ", health after " << ms << " ms: " << h.message);
+    if (st != status::ok) ++bad;  // the launch itself is valid; the peer's call differs
+    if (h.ok() || h.state != status::mismatch) ++bad;
+    if (ms > 1000) ++bad;  // far below the 5 s timeout: the peer's lines or flag word carry another call's signature
+    if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
+  });
+  CHECK(bad.load() == 0);
+}
+
+/// Rank `refuser` passes a null output; every other rank must fail at once (mismatch, naming it), not at the
+/// timeout, and every later call is poisoned.
 
 inline void refuses_input(int n, int refuser) {
   options o = gpu::default_options();
@@ -565,43 +597,25 @@ TEST_SUITE("gpu.protocol") {
     never_launches<transport::cuda_loopback_proxy>(65536);  // 256 KiB: 16 parts, each with its own post queue
   }
   TEST_CASE("2 ranks (LL path): a rank that never launches is reported by its peer, which becomes a no-op") {
-    REQUIRE(takes_ll_path(4096, 4));
+    REQUIRE(takes_ll_path(4096));
     never_launches<transport::cuda_loopback>(4096, 2);
   }
   TEST_CASE("a rank that refuses its input makes every peer fail at once instead of pairing with its next call") {
     refuses_input(4, 2);
   }
   TEST_CASE("2 ranks (LL path): a rank that refuses its input makes its peer fail at once") {
-    REQUIRE(takes_ll_path(4096, 4));
+    REQUIRE(takes_ll_path(4096));
     refuses_input(2, 1);
   }
   TEST_CASE("2 ranks (LL path): calls with different counts (1002 and 1003 floats) fail on both ranks as a mismatch") {
-    REQUIRE(takes_ll_path(1002, 1));
-    REQUIRE(takes_ll_path(1003, 1));
-    options o = gpu::default_options();
-    o.capacity_bytes = 1 << 20;
-    o.timeout_ns = 5'000'000'000ull;
-    std::atomic<int> bad{0};
-    host::spawn_ranks(2, [&](bootstrap::in_process& b) {
-      gpu::communicator<> comm(b, o);
-      gpu_rank gr;
-      dev_buf<float> din(1003), dout(1003);
-      cudaMemset(din.p, 0, 1003 * 4);
-      cudaDeviceSynchronize();
-      b.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::size_t count = b.rank() == 0 ? 1002 : 1003;  // the same packets (251), another signature
-      const status st = comm.all_reduce(din.p, dout.p, count, gr.stream);
-      cudaStreamSynchronize(gr.stream);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const auto h = comm.check_health();
-      MESSAGE("rank " << b.rank() << ": launch " << std::string(to_string(st)) << ", health after " << ms << " ms: " << h.message);
-      if (st != status::ok) ++bad;  // the launch itself is valid; the peer's call differs
-      if (h.ok() || h.state != status::mismatch) ++bad;
-      if (ms > 1000) ++bad;  // far below the 5 s timeout: the peer's lines carry another call's flag
-      if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
-    });
-    CHECK(bad.load() == 0);
+    REQUIRE(takes_ll_path(1002));
+    REQUIRE(takes_ll_path(1003));
+    different_counts(1002, 1003);
+  }
+  TEST_CASE("2 ranks, one call on the LL path (16384 floats) and one on the packet path (16385): a mismatch on both") {
+    REQUIRE(takes_ll_path(16384));
+    REQUIRE_FALSE(takes_ll_path(16385));
+    different_counts(16384, 16385);
   }
 
   TEST_CASE("a configuration that could deadlock by exceeding co-residency is refused at set-up") {

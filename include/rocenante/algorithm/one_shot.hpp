@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "../core/atomic.hpp"
 #include "../core/clock.hpp"
 #include "../protocol/flags.hpp"
 #include "../protocol/layout.hpp"
@@ -280,6 +281,15 @@ struct one_shot {
         ll_store(p, w.x, w.y, f);
         ll_store(p + packet_bytes, w.z, w.w, f);
       }
+    // This call's LL flag word (protocol::ll_word_signature), relaxed (nothing is ordered by it), into this rank's
+    // channel of this part at every peer, where the packet path's signal writes its flag. Flag words therefore
+    // never hold a word 2^32 calls old, and a peer that took the other path at this sequence (another count or
+    // collective) sees a word of this sequence with another signature at once: a mismatch on both sides, not a
+    // timeout.
+    for (int q = team.thread(); q < n; q += team.size())
+      if (q != r)
+        detail::store_relaxed(h.peer_flag(q, h.layout().flag_index(slot, s.part(), static_cast<std::uint32_t>(r))),
+                              s.ll_flag_word());
     s.trace(2);
     s.trace(3);
     bool ok = true;

@@ -47,6 +47,10 @@ class block_all_reduce {
 
   ROCENANTE_DEVICE block_all_reduce(temp_storage&, int thread, int threads) : team_{thread, threads} {}
 
+  /// Every rank must call with the same count and the same `parts` (the grid). Two calls in one kernel: put a
+  /// __threadfence() in every thread between them. A one-shot call that takes the LL path (one_shot::uses_ll) clears
+  /// the lines it read with plain stores that nothing orders before the next call's stores to its peers; a
+  /// kernel's end orders them, a fence does too.
   ROCENANTE_DEVICE bool run(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
                             std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
     const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,

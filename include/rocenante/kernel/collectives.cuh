@@ -27,9 +27,12 @@ ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void dependent_launch_entry() {
 /// ranks sharing a GPU then fit one CTA of each rank's collective per SM (the co-residency bound counts them).
 /// A tuning experiment (tools/gpu/s5c-run.sh) built with 2 (at most 64 registers per thread, twice the resident
 /// CTAs): the one-shot kernels (120-128 registers at 1) spilled and ran 1.3x (48 KiB) to 2.3x (64 MiB) slower.
+/// Like every ROCENANTE_* tuning macro it must have one value in a whole program (define it on the compiler's
+/// command line, not before one include): kernels of two values would break the one-definition rule.
 #ifndef ROCENANTE_KERNEL_MIN_BLOCKS
 #define ROCENANTE_KERNEL_MIN_BLOCKS 1
 #endif
+static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <= 4, "ROCENANTE_KERNEL_MIN_BLOCKS must be in [1, 4]");
 
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue>
 __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)

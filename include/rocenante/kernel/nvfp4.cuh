@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(threads_per_block, MinBlocks) nvfp4_quantize_r
 /// fewer than 2^31 threads in all (so b + step never wraps); at most threads_per_block (512) threads per CTA.
 /// `Ahead`: each thread loads its next block before it encodes the current one (the raw bytes in registers), so a
 /// block's load latency overlaps the previous block's arithmetic; needs `in` (and `e.residual`) 16-byte aligned.
-/// Without it a thread's next loads wait for its stores (the compiler must assume they may alias).
+/// Without it a thread's next loads wait for its stores (the compiler must assume they may alias). `in` and
+/// `e.residual` must not overlap `e.out_data` or `e.out_scales` (they are read through the read-only path).
 /// Same bytes as nvfp4_quantize_rows (the same encode and the same scale offsets). Use launch_nvfp4_quantize_rows
 /// to pick the kernel.
 template <class T, bool Residual, bool Ahead = false>
@@ -180,7 +181,10 @@ cudaError_t launch_nvfp4_quantize_rows(const T* in, const algorithm::nvfp4_epilo
                      e.out_data != nullptr && e.rows * (e.cols / 16) < (std::uint64_t{1} << 31) &&
                      reduce::nvfp4::sf_bytes(e.layout, e.rows, e.cols) < (std::uint64_t{1} << 32);
   const unsigned grid = static_cast<unsigned>(sms * per_sm);
-  const bool ahead = reduce::detail::aligned16(in) && (e.residual == nullptr || reduce::detail::aligned16(e.residual));
+  // loads ahead: measured for bf16 only (2-byte T: 8 registers of raw bytes per block); a 4-byte T would need 16
+  // (32 with a residual) under the 64-register bound, where the kernel spilled at 32 (2x slower)
+  const bool ahead = sizeof(T) == 2 && reduce::detail::aligned16(in) &&
+                     (e.residual == nullptr || reduce::detail::aligned16(e.residual));
   if (whole && e.residual && ahead) nvfp4_quantize_whole_blocks<T, true, true><<<grid, threads, 0, stream>>>(in, e);
   else if (whole && e.residual) nvfp4_quantize_whole_blocks<T, true><<<grid, threads, 0, stream>>>(in, e);
   else if (whole && ahead) nvfp4_quantize_whole_blocks<T, false, true><<<grid, threads, 0, stream>>>(in, e);

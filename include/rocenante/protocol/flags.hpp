@@ -64,7 +64,16 @@ ROCENANTE_HOST_DEVICE constexpr bool is_abort(std::uint32_t signature) { return 
 ROCENANTE_HOST_DEVICE constexpr std::uint32_t abort_kind(std::uint32_t signature) { return (signature >> 16) & 0xffu; }
 ROCENANTE_HOST_DEVICE constexpr int abort_rank(std::uint32_t signature) { return static_cast<int>(signature & 0xffffu); }
 
+/// Signature of the flag word an LL call writes (the one-shot all-reduce's LL path, algorithm/one_shot.hpp, which
+/// carries its data-ready flag inside the data): the call's signature with tag bits 7..6 set, a tag no call
+/// produces (collective ids are 1 and 2). A waiter on the packet path therefore never takes it for a data-ready
+/// flag — a peer that took the other path at this sequence is a mismatch, never data read too early — and an LL
+/// waiter compares it like any flag: this sequence with another signature is a mismatch.
+ROCENANTE_HOST_DEVICE constexpr std::uint32_t ll_word_signature(std::uint32_t signature) { return signature | 0xc0000000u; }
+
 static_assert(call_tag(collective::all_gather, 7, 7) < 0xc0u, "no call may produce the unset or abort tags");
+static_assert((ll_word_signature(call_signature(collective::all_reduce, 1, 7, 0)) >> 24) == 0xcfu,
+              "the one-shot all-reduce's LL word tags (0xc8..0xcf) are neither a call's, nor abort, nor unset");
 static_assert(make_flag(0u, call_signature(collective::all_reduce, 0, 1, 0)) != flag_unset);
 
 }  // namespace rocenante::protocol

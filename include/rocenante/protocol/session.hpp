@@ -158,6 +158,9 @@ class session {
   /// which differs between two signatures at one sequence and between sequences s and s + 2 of one signature; never
   /// zero (the value of an unwritten or consumed line): x = 0 becomes 1 << 23, which is x only for a signature whose
   /// count has bit 23 set — never an LL call (at most 64 KiB), so no LL call of another signature shares it.
+  /// The flag word an LL call writes into its peers' flag channels (protocol::ll_word_signature).
+  ROCENANTE_HOST_DEVICE std::uint64_t ll_flag_word() const { return make_flag(seq_, ll_word_signature(signature_)); }
+
   ROCENANTE_HOST_DEVICE std::uint32_t inline_flag() const {
     const std::uint32_t x = (seq_ * 0x9E3779B1u) ^ signature_;
     return x != 0 ? x : (1u << 23);
@@ -165,11 +168,12 @@ class session {
 
   /// The bound of an LL wait (flag inside the data): the caller polls its lines and calls this after every poll
   /// that found a line of `peer` not ready, with `other` = a nonzero flag word of that line that is not
-  /// inline_flag() (0 if none). Every 16th call it checks: the poison word, this part's flag of `channel` for a
-  /// peer's abort of this sequence, a line of another call (mismatch), time and poll budget. A flag word of a call
-  /// on the packet path is not taken as a mismatch: the LL path never rewrites flag words, so a word 2^32
-  /// sequences old could carry this sequence number (a peer that did take the packet path fails its own wait for
-  /// this rank's flag and aborts). Returns false after recording a failure; true: poll again.
+  /// inline_flag() (0 if none). Every 16th call it checks: the poison word, this part's flag word of `channel` —
+  /// a peer's abort of this sequence, or a word of this sequence with another signature (the peer took the
+  /// packet path, or the LL path with another call: a mismatch) —, a line of another call (mismatch), time and
+  /// poll budget. Every call on either path writes its flag words (the LL path with a relaxed store), so a word
+  /// of this sequence number is this call's, never one 2^32 sequences old. Returns false after recording a
+  /// failure; true: poll again.
   ROCENANTE_HOST_DEVICE bool inline_wait_check(int peer, std::uint32_t channel, std::uint32_t other, std::uint64_t start,
                                                std::uint64_t& polls) {
     if ((++polls & 15u) != 0) {
@@ -177,12 +181,13 @@ class session {
       return true;
     }
     if (is_poisoned(state_)) return false;
-    const std::uint64_t expected = flag_value();
+    const std::uint64_t expected = ll_flag_word();
     const std::uint64_t seen = detail::load_acquire(h_.local_flag(h_.layout().flag_index(slot(), part_, channel)), h_.scope());
     const std::uint64_t waited = detail::now_ns() - start;
-    if (flag_seq(seen) == seq_ && seen != flag_unset && is_abort(flag_signature(seen))) {
+    if (flag_seq(seen) == seq_ && seen != flag_unset && seen != expected) {
       const std::uint32_t sig = flag_signature(seen);
-      return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
+      if (is_abort(sig)) return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
+      return fail(failure_kind::mismatch, peer, channel, expected, seen, waited);
     }
     if (other != 0) return fail(failure_kind::mismatch, peer, channel, inline_flag(), other, waited);
     const bool out_of_time = policy_.timeout_ns != 0 && waited >= policy_.timeout_ns;

@@ -57,6 +57,10 @@ struct direct_handle {
   ROCENANTE_HOST_DEVICE std::byte* ll_recv_ptr(std::uint32_t slot, std::uint64_t off) {
     return windows_[rank_] + layout_.ll_offset(slot) + off;
   }
+  /// Flag word `index` in peer's window (the LL path keeps it current with a relaxed store; see one_shot.hpp).
+  ROCENANTE_HOST_DEVICE std::uint64_t* peer_flag(int peer, std::uint64_t index) {
+    return reinterpret_cast<std::uint64_t*>(windows_[peer]) + index;
+  }
   /// The bytes are already in the peer's window (stored through put_ptr); publish the flag.
   ROCENANTE_HOST_DEVICE void signal(int peer, std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t index,
                                     std::uint64_t value) {
