@@ -7,9 +7,9 @@
 //        residual_rmsnorm (x + residual -> residual_out, RMSNorm -> NVFP4: nvfp4_quantize_rows, the device code
 //        all_reduce_quantize runs per row). plain/rows_kernel[/linear]/in_flight:1/ctas_per_sm:8: the general lean
 //        kernel (rows split over CTAs) for comparison; plain/whole_kernel/ahead:<0|1>/ctas_per_sm:<8|16|32>: the
-//        whole-blocks kernel without and with its next block loaded ahead. Counters: GBps = compulsory bytes (inputs read once, outputs
-//        written once) / time; vs_copy = GBps / rw_GBps of a 64 MiB copy measured inside the same benchmark
-//        (acceptance: >= 0.70).
+//        whole-blocks kernel without and with its next block loaded ahead. Counters: GBps = compulsory bytes
+//        (inputs read once, outputs written once) / time; vs_copy = GBps / rw_GBps of a 64 MiB copy measured inside
+//        the same benchmark (acceptance: >= 0.70); kernel = 0 launcher, 1 rows, 2 whole, 3 whole with loads ahead.
 //   nvfp4/quantize/bf16/bytes:67108864             the 1-D codec kernel (kernel::nvfp4_quantize), same counters
 //   all_reduce/<one_shot|one_shot_fp4>/loopback_proxy/bf16/bytes:<N>/ranks:<R>
 //        latency of the plain bf16 one-shot vs the NVFP4-wire one-shot, proxy mode (cuda_loopback_proxy: windows in
@@ -98,11 +98,14 @@ void fill_bf16(bf16* d, std::size_t n, std::uint32_t seed, float sigma) {
   cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice);
 }
 
-constexpr int whole_plain = -1, whole_ahead = -2;  // bench_epilogue's `in_flight` for the whole-blocks kernel, explicitly
+/// Which kernel bench_epilogue times: what kernel::launch_nvfp4_quantize_rows picks (what a caller gets), the
+/// general lean kernel, or the whole-blocks kernel without / with loads ahead.
+enum class epi_kernel { launcher = 0, rows = 1, whole = 2, whole_ahead = 3 };
 
 /// The standalone quantizing epilogue on 64 MiB of bf16, 8192 rows x 4096 cols.
-/// `in_flight` (plain only): blocks per thread loaded together; `per_sm`: CTAs of 256 per SM in the grid.
-void bench_epilogue(benchmark::State& state, bool full, int in_flight = 0, int per_sm = 8, bool swizzled = true) {
+/// `in_flight` (rows kernel only): blocks per thread loaded together; `per_sm`: CTAs of 256 per SM in the grid.
+void bench_epilogue(benchmark::State& state, bool full, epi_kernel kind = epi_kernel::launcher, int per_sm = 8,
+                    bool swizzled = true, int in_flight = 1) {
   const std::size_t rows = 8192, cols = 4096, count = rows * cols;
   const auto layout = swizzled ? fp4::sf_layout::swizzled_128x4 : fp4::sf_layout::linear;
   const std::size_t sfb = fp4::sf_bytes(layout, rows, cols);
@@ -131,17 +134,20 @@ void bench_epilogue(benchmark::State& state, bool full, int in_flight = 0, int p
   const double copy = copy_rw_gbps(big);
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  // in_flight 0: kernel::launch_nvfp4_quantize_rows (what a caller gets: the whole-blocks kernel for plain, one
-  // warp per row for residual + RMSNorm); 1/2/4: the general lean kernel with that many blocks in flight,
-  // per_sm CTAs of 256 per SM
+  // the launcher: the whole-blocks kernel for plain, one warp per row for residual + RMSNorm; the others: per_sm
+  // CTAs of 256 per SM
   const int threads = 256, grid = full ? static_cast<int>(rows / (threads / 32)) : sms * per_sm;
   auto launch = [&] {
-    if (in_flight == whole_plain) kernel::nvfp4_quantize_whole_blocks<bf16, false><<<sms * per_sm, threads>>>(x, e);
-    else if (in_flight == whole_ahead) kernel::nvfp4_quantize_whole_blocks<bf16, false, true><<<sms * per_sm, threads>>>(x, e);
-    else if (in_flight == 0) (void)kernel::launch_nvfp4_quantize_rows(x, e, 0, threads, per_sm);
-    else if (in_flight == 4) kernel::nvfp4_quantize_rows<bf16, false, 4><<<grid, threads>>>(x, e);
-    else if (in_flight == 2) kernel::nvfp4_quantize_rows<bf16, false, 2><<<grid, threads>>>(x, e);
-    else kernel::nvfp4_quantize_rows<bf16, false, 1><<<grid, threads>>>(x, e);
+    switch (kind) {
+      case epi_kernel::launcher: (void)kernel::launch_nvfp4_quantize_rows(x, e, 0, threads, per_sm); break;
+      case epi_kernel::whole: kernel::nvfp4_quantize_whole_blocks<bf16, false><<<grid, threads>>>(x, e); break;
+      case epi_kernel::whole_ahead: kernel::nvfp4_quantize_whole_blocks<bf16, false, true><<<grid, threads>>>(x, e); break;
+      case epi_kernel::rows:
+        if (in_flight == 4) kernel::nvfp4_quantize_rows<bf16, false, 4><<<grid, threads>>>(x, e);
+        else if (in_flight == 2) kernel::nvfp4_quantize_rows<bf16, false, 2><<<grid, threads>>>(x, e);
+        else kernel::nvfp4_quantize_rows<bf16, false, 1><<<grid, threads>>>(x, e);
+        break;
+    }
   };
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -165,7 +171,8 @@ void bench_epilogue(benchmark::State& state, bool full, int in_flight = 0, int p
   state.counters["bytes"] = bytes;
   state.counters["vs_copy"] = benchmark::Counter(bytes / 1e9 / copy, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sms"] = sms;
-  state.counters["in_flight"] = in_flight;
+  state.counters["kernel"] = static_cast<int>(kind);
+  state.counters["in_flight"] = kind == epi_kernel::rows ? in_flight : 0;
   state.counters["grid"] = grid;
   cudaFree(x), cudaFree(res), cudaFree(rout), cudaFree(w), cudaFree(data), cudaFree(sc);
 }
@@ -301,7 +308,7 @@ int main(int argc, char** argv) {
   for (auto [f, per_sm, swz] : {std::tuple{1, 8, true}, std::tuple{1, 8, false}}) {
     const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain/rows_kernel" + std::string(swz ? "" : "/linear") +
                              "/in_flight:" + std::to_string(f) + "/ctas_per_sm:" + std::to_string(per_sm);
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_epilogue(s, false, f, per_sm, swz); })
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_epilogue(s, false, epi_kernel::rows, per_sm, swz, f); })
         ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
   }
   // the whole-blocks kernel itself: without and with the next block's loads issued ahead, x CTAs of 256 per SM
@@ -310,7 +317,7 @@ int main(int argc, char** argv) {
       const std::string name = "nvfp4/quantize_epilogue/bf16/bytes:67108864/plain/whole_kernel/ahead:" + std::to_string(ahead) +
                                "/ctas_per_sm:" + std::to_string(per_sm);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-        bench_epilogue(s, false, ahead ? whole_ahead : whole_plain, per_sm, true);
+        bench_epilogue(s, false, ahead ? epi_kernel::whole_ahead : epi_kernel::whole, per_sm, true);
       })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
     }
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/residual_rmsnorm",

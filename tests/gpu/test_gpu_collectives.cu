@@ -491,7 +491,6 @@ inline void different_counts(std::size_t ca, std::size_t cb) {
 
 /// Rank `refuser` passes a null output; every other rank must fail at once (mismatch, naming it), not at the
 /// timeout, and every later call is poisoned.
-
 inline void refuses_input(int n, int refuser) {
   options o = gpu::default_options();
   o.capacity_bytes = 1 << 20;

@@ -5,19 +5,14 @@
 # with programmatic launch off and on (max_parts 16), the 64 MiB rows at the default split, and Nsight Compute on
 # the NVFP4 plain epilogue and the 1-D codec (where the epilogue's time goes). Results in $OUT: summary.log and
 # logs.tar.gz.
-set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
-S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
-{ date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"
-  nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } 2>&1 | tee "$S"
-t0=$(date +%s); b=build-ll2
-meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+gpu_header
+b=build-ll2
+gpu_setup $b -Dexamples=false
 ninja -C $b -j16 tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-gpu \
   benchmarks/gpu/rocenante-bench-nvfp4 benchmarks/gpu/rocenante-trace-phases >/tmp/build.log 2>&1 ||
-  { grep -E "error|FAILED" -A3 /tmp/build.log | head -40 | tee -a "$S"; }
+  gpu_build_errors /tmp/build.log
 say "build: $(( $(date +%s) - t0 )) s"
-step() { local name=$1 lim=$2; shift 2; local t=$(date +%s); timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
-  say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:' "$OUT/$name.log" | tr '\n' ' ')"; }
 step gpu-tests-collectives 200 $b/tests/gpu/test_gpu_collectives
 for k in 1 2; do ROCENANTE_TEST_PDL=1 step gpu-alternating-pdl-$k 60 $b/tests/gpu/test_gpu_collectives -tc='*alternating*'; done
 for k in 1 2; do step gpu-alternating-nopdl-$k 60 $b/tests/gpu/test_gpu_collectives -tc='*alternating*'; done

@@ -2,15 +2,12 @@
 # tools/gpu/nvfp4-whole-run.sh — one short device call for the NVFP4 whole-blocks epilogue kernel: the nvfp4 GPU
 # suite (the new kernel and launcher checked against the host), the NVFP4 codec and epilogue benchmark rows, and
 # Nsight Compute on the whole-blocks kernel. Results in $OUT: summary.log and logs.tar.gz.
-set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
-S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
-{ date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"
-  nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } 2>&1 | tee "$S"
-t0=$(date +%s); b=build-nvw
-meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+gpu_header
+b=build-nvw
+gpu_setup $b -Dexamples=false
 ninja -C $b -j16 tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-nvfp4 >/tmp/build.log 2>&1 ||
-  { grep -E "error|FAILED" -A3 /tmp/build.log | head -40 | tee -a "$S"; }
+  gpu_build_errors /tmp/build.log
 say "build: $(( $(date +%s) - t0 )) s"
 t=$(date +%s); timeout 120 $b/tests/gpu/test_gpu_nvfp4 >"$OUT/gpu-tests-nvfp4.log" 2>&1
 say "gpu-tests-nvfp4: rc=$? after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:' "$OUT/gpu-tests-nvfp4.log" | tr '\n' ' ')"

@@ -5,19 +5,14 @@
 # and with it at the default), the NVFP4 epilogue variants, the one-shot split at decode sizes (input bytes per
 # CTA: 4096 / 2048 / 1024) with the phase tracer, and the 64 MiB one-shot at 32 and 48 CTAs per rank.
 # Results in $OUT: summary.log and logs.tar.gz.
-set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
-S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
-{ date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; nvcc --version | tail -1; } 2>&1 | tee "$S"
-t0=$(date +%s); b=build-s5
-meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+gpu_header
+b=build-s5
+gpu_setup $b -Dexamples=false
 ninja -C $b -j16 tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-gpu \
   benchmarks/gpu/rocenante-bench-nvfp4 benchmarks/gpu/rocenante-trace-phases >/tmp/build.log 2>&1 ||
-  { grep -E "error|FAILED" -A3 /tmp/build.log | head -40 | tee -a "$S"; }
+  gpu_build_errors /tmp/build.log
 say "build: $(( $(date +%s) - t0 )) s"
-step() { local name=$1 lim=$2; shift 2; local t=$(date +%s); timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
-  say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:' "$OUT/$name.log" | tr '\n' ' ')"; }
 step gpu-tests-collectives 200 $b/tests/gpu/test_gpu_collectives
 step gpu-tests-nvfp4 150 $b/tests/gpu/test_gpu_nvfp4
 # the stall experiment
@@ -56,5 +51,4 @@ for mp in 32 48; do t=$(date +%s)
     --benchmark_out="$OUT/big-$mp.json" --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-big-$mp.log" 2>&1
   say "rocenante-bench-gpu 64 MiB, max_parts $mp: rc=$? after $(( $(date +%s) - t )) s"; grep -E "^all_reduce|^copy" "$OUT/bench-big-$mp.log" | tee -a "$S"
 done
-cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.log *.log *.json && find . -maxdepth 1 -type f ! -name summary.log ! -name logs.tar.gz -delete; cd "$root"
-say "total: $(( $(date +%s) - t0 )) s"
+gpu_pack

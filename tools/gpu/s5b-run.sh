@@ -4,17 +4,15 @@
 # (input bytes per CTA 4096 / 2048 / 1024) with the phase tracer; LL at 2 ranks with max_parts 16 (as ll2-59a710d);
 # 64 MiB one-shot with the default unrolls and with ROCENANTE_DEVICE_UNROLL=8 / ROCENANTE_DEVICE_REDUCE_UNROLL=4
 # (a second benchmark binary). Results in $OUT: summary.log and logs.tar.gz.
-set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
-S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
-{ date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"; nvidia-smi --query-gpu=name,driver_version --format=csv; } 2>&1 | tee "$S"
-t0=$(date +%s); b=build-s5b; u=build-u8
-meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
-meson setup $u -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup2.log 2>&1 || { tail -20 /tmp/setup2.log | tee -a "$S"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+gpu_header
+b=build-s5b; u=build-u8
+gpu_setup $b -Dexamples=false
+gpu_setup $u -Dexamples=false
 ninja -C $b -j10 benchmarks/gpu/rocenante-bench-gpu benchmarks/gpu/rocenante-bench-nvfp4 benchmarks/gpu/rocenante-trace-phases >/tmp/build.log 2>&1 &
 NVCC_APPEND_FLAGS="-DROCENANTE_DEVICE_UNROLL=8 -DROCENANTE_DEVICE_REDUCE_UNROLL=4" ninja -C $u -j6 benchmarks/gpu/rocenante-bench-gpu >/tmp/build2.log 2>&1
 wait
-grep -E "error|FAILED" -A3 /tmp/build.log /tmp/build2.log | head -30 | tee -a "$S"
+gpu_build_errors /tmp/build.log /tmp/build2.log
 say "build: $(( $(date +%s) - t0 )) s"
 t=$(date +%s)
 timeout 150 $b/benchmarks/gpu/rocenante-bench-nvfp4 --benchmark_filter='copy|quantize_epilogue/bf16/bytes:67108864/(plain|residual)|nvfp4/quantize/bf16' \
@@ -41,5 +39,4 @@ for bin in $b $u; do t=$(date +%s)
     --benchmark_out="$OUT/big-$bin.json" --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-big-$bin.log" 2>&1
   say "rocenante-bench-gpu 64 MiB ($bin): rc=$? after $(( $(date +%s) - t )) s"; grep -E "^all_reduce|^copy" "$OUT/bench-big-$bin.log" | awk '{print "  " $1, $2, $3}' | tee -a "$S"
 done
-cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.log *.log *.json && find . -maxdepth 1 -type f ! -name summary.log ! -name logs.tar.gz -delete; cd "$root"
-say "total: $(( $(date +%s) - t0 )) s"
+gpu_pack

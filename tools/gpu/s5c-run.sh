@@ -4,20 +4,16 @@
 # NVFP4 epilogue receipt, the headline all-reduce rows with programmatic launch (max_parts 16), and a second
 # benchmark binary built with ROCENANTE_KERNEL_MIN_BLOCKS=2 (two collective CTAs per SM: 64 registers) at 64 MiB
 # (max_parts 32 and 64) and 48 KiB. Results in $OUT: summary.log and logs.tar.gz.
-set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
-S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
-{ date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"; nvidia-smi --query-gpu=name,driver_version --format=csv; nvcc --version | tail -1; } 2>&1 | tee "$S"
-t0=$(date +%s); b=build-s5c; v=build-mb2
-meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
-meson setup $v -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup2.log 2>&1 || { tail -20 /tmp/setup2.log | tee -a "$S"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+gpu_header
+b=build-s5c; v=build-mb2
+gpu_setup $b -Dexamples=false
+gpu_setup $v -Dexamples=false
 ninja -C $b -j11 tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-gpu benchmarks/gpu/rocenante-bench-nvfp4 >/tmp/build.log 2>&1 &
 NVCC_APPEND_FLAGS="-DROCENANTE_KERNEL_MIN_BLOCKS=2" ninja -C $v -j5 benchmarks/gpu/rocenante-bench-gpu >/tmp/build2.log 2>&1
 wait
-grep -E "error|FAILED" -A3 /tmp/build.log /tmp/build2.log | head -30 | tee -a "$S"
+gpu_build_errors /tmp/build.log /tmp/build2.log
 say "build: $(( $(date +%s) - t0 )) s"
-step() { local name=$1 lim=$2; shift 2; local t=$(date +%s); timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
-  say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY' "$OUT/$name.log" | tr '\n' ' ')"; }
 step gpu-tests-collectives 200 $b/tests/gpu/test_gpu_collectives
 step gpu-tests-nvfp4 150 $b/tests/gpu/test_gpu_nvfp4
 step memcheck-nvfp4 120 compute-sanitizer --tool memcheck --error-exitcode 9 $b/tests/gpu/test_gpu_nvfp4 -tc='*epilogue*'
@@ -37,5 +33,4 @@ for run in "$b 32" "$v 32" "$v 64"; do read -r bin mp <<<"$run"; t=$(date +%s)
     --benchmark_out="$OUT/big-$bin-$mp.json" --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-big-$bin-$mp.log" 2>&1
   say "rocenante-bench-gpu ($bin, max_parts $mp): rc=$? after $(( $(date +%s) - t )) s"; grep -E "^all_reduce|^copy|what" "$OUT/bench-big-$bin-$mp.log" | awk '{print "  " $0}' | cut -c1-160 | tee -a "$S"
 done
-cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.log *.log *.json && find . -maxdepth 1 -type f ! -name summary.log ! -name logs.tar.gz -delete; cd "$root"
-say "total: $(( $(date +%s) - t0 )) s"
+gpu_pack

@@ -4,17 +4,15 @@
 # packets + flag (ll-1145a32); here a second benchmark binary built with ROCENANTE_LL_MAX_RANKS=4 runs 8 / 48 KiB at
 # 4 ranks with input per CTA 4096 / 2048 / 1536 bytes (max_parts 16: programmatic launch fits), beside the default
 # binary at the same settings. Results in $OUT: summary.log and logs.tar.gz.
-set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
-S="$OUT/summary.log"; say() { echo "$*" | tee -a "$S"; }
-{ date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"; nvidia-smi --query-gpu=name,driver_version --format=csv; } 2>&1 | tee "$S"
-t0=$(date +%s); b=build-s5e; v=build-ll4
-meson setup $b -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup.log 2>&1 || { tail -20 /tmp/setup.log | tee -a "$S"; exit 1; }
-meson setup $v -Dgpu_archs=90a -Dexamples=false -Dextra_include="$root/.deps/include" >/tmp/setup2.log 2>&1 || { tail -20 /tmp/setup2.log | tee -a "$S"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+gpu_header
+b=build-s5e; v=build-ll4
+gpu_setup $b -Dexamples=false
+gpu_setup $v -Dexamples=false
 ninja -C $b -j8 benchmarks/gpu/rocenante-bench-gpu >/tmp/build.log 2>&1 &
 NVCC_APPEND_FLAGS="-DROCENANTE_LL_MAX_RANKS=4" ninja -C $v -j8 benchmarks/gpu/rocenante-bench-gpu tests/gpu/test_gpu_collectives >/tmp/build2.log 2>&1
 wait
-grep -E "error|FAILED" -A3 /tmp/build.log /tmp/build2.log | head -30 | tee -a "$S"
+gpu_build_errors /tmp/build.log /tmp/build2.log
 say "build: $(( $(date +%s) - t0 )) s"
 F='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:4/graph:1'
 for run in "$b 4096" "$v 4096" "$v 2048" "$v 1536" "$b 1536"; do read -r bin mp <<<"$run"; t=$(date +%s)
@@ -25,5 +23,4 @@ for run in "$b 4096" "$v 4096" "$v 2048" "$v 1536" "$b 1536"; do read -r bin mp 
 done
 t=$(date +%s); timeout 120 $v/tests/gpu/test_gpu_collectives -tc='*bit for bit*,*never launches*,*refuses*' >"$OUT/gpu-tests-ll4.log" 2>&1
 say "gpu tests (correctness, never launches, refusal) with LL at 4 ranks: rc=$? after $(( $(date +%s) - t )) s; $(grep -E 'test cases:' "$OUT/gpu-tests-ll4.log")"
-cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.log *.log *.json && find . -maxdepth 1 -type f ! -name summary.log ! -name logs.tar.gz -delete; cd "$root"
-say "total: $(( $(date +%s) - t0 )) s"
+gpu_pack

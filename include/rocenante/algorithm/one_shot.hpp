@@ -218,8 +218,9 @@ struct one_shot {
   }
 
   /// Whether a call takes the LL path (GPU, directly written windows, at most ll_max_ranks ranks: config.hpp has
-  /// the measurements): the input fits the layout's LL area and every thread of a part carries at most one packet. Depends only on values every rank shares (the layout,
-  /// the count, the parts, the team size), never on a pointer, so every rank takes the same path.
+  /// the measurements): the input fits the layout's LL area and every thread of a part carries at most one packet.
+  /// Depends only on values every rank shares (the layout, the count, the parts, the team size), never on a
+  /// pointer, so every rank takes the same path.
   template <reduce::reduction R>
   ROCENANTE_HOST_DEVICE static constexpr bool uses_ll(const protocol::window_layout& l, int n, std::uint64_t count,
                                                       std::uint32_t parts, int team_size) {

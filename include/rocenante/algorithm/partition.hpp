@@ -19,7 +19,8 @@ struct range {
 /// hide memory latency on a GPU; on the host one is as good as four.
 /// ROCENANTE_DEVICE_UNROLL / ROCENANTE_DEVICE_REDUCE_UNROLL override the device values (tuning experiments:
 /// tools/gpu/s5b-run.sh builds a second benchmark binary with them, on the compiler's command line: one value per
-/// program; they shape each thread's loop only, never the layout or the wire). Measured 2026-12-04: 8 / 4 made the 64 MiB one-shot 2x slower (docs/results/h200-2026-12-04).
+/// program; they shape each thread's loop only, never the layout or the wire). Measured 2026-12-04: 8 / 4 made
+/// the 64 MiB one-shot 2x slower (docs/results/h200-2026-12-04/s5b-6382782).
 #ifndef ROCENANTE_DEVICE_UNROLL
 #define ROCENANTE_DEVICE_UNROLL 4
 #endif

@@ -135,13 +135,8 @@ class session {
       const std::uint64_t seen = detail::load_acquire(flag, h_.scope());
       if (seen == expected) return true;
       ++polls;
-      if (flag_seq(seen) == seq_ && seen != flag_unset) {
-        const std::uint32_t sig = flag_signature(seen);
-        if (is_abort(sig))
-          return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen,
-                      detail::now_ns() - start, true);
-        return fail(failure_kind::mismatch, peer, channel, expected, seen, detail::now_ns() - start);
-      }
+      if (flag_seq(seen) == seq_ && seen != flag_unset)
+        return fail_on_foreign_word(peer, channel, expected, seen, detail::now_ns() - start);
       if ((polls & 15u) == 0) {
         if (is_poisoned(state_)) return false;
         const std::uint64_t waited = detail::now_ns() - start;
@@ -158,13 +153,13 @@ class session {
   /// which differs between two signatures at one sequence and between sequences s and s + 2 of one signature; never
   /// zero (the value of an unwritten or consumed line): x = 0 becomes 1 << 23, which is x only for a signature whose
   /// count has bit 23 set — never an LL call (at most 64 KiB), so no LL call of another signature shares it.
-  /// The flag word an LL call writes into its peers' flag channels (protocol::ll_word_signature).
-  ROCENANTE_HOST_DEVICE std::uint64_t ll_flag_word() const { return make_flag(seq_, ll_word_signature(signature_)); }
-
   ROCENANTE_HOST_DEVICE std::uint32_t inline_flag() const {
     const std::uint32_t x = (seq_ * 0x9E3779B1u) ^ signature_;
     return x != 0 ? x : (1u << 23);
   }
+
+  /// The flag word an LL call writes into its peers' flag channels (protocol::ll_word_signature).
+  ROCENANTE_HOST_DEVICE std::uint64_t ll_flag_word() const { return make_flag(seq_, ll_word_signature(signature_)); }
 
   /// The bound of an LL wait (flag inside the data): the caller polls its lines and calls this after every poll
   /// that found a line of `peer` not ready, with `other` = a nonzero flag word of that line that is not
@@ -184,11 +179,8 @@ class session {
     const std::uint64_t expected = ll_flag_word();
     const std::uint64_t seen = detail::load_acquire(h_.local_flag(h_.layout().flag_index(slot(), part_, channel)), h_.scope());
     const std::uint64_t waited = detail::now_ns() - start;
-    if (flag_seq(seen) == seq_ && seen != flag_unset && seen != expected) {
-      const std::uint32_t sig = flag_signature(seen);
-      if (is_abort(sig)) return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
-      return fail(failure_kind::mismatch, peer, channel, expected, seen, waited);
-    }
+    if (flag_seq(seen) == seq_ && seen != flag_unset && seen != expected)
+      return fail_on_foreign_word(peer, channel, expected, seen, waited);
     if (other != 0) return fail(failure_kind::mismatch, peer, channel, inline_flag(), other, waited);
     const bool out_of_time = policy_.timeout_ns != 0 && waited >= policy_.timeout_ns;
     const bool out_of_polls = policy_.max_polls != 0 && polls >= policy_.max_polls;
@@ -293,6 +285,15 @@ class session {
   }
 
  private:
+  /// `seen`, a word of this sequence in the flag being waited for that is not the awaited one: a peer's abort
+  /// (recorded as relayed, naming the rank the abort names) or a peer in another call (mismatch). Returns false.
+  ROCENANTE_HOST_DEVICE bool fail_on_foreign_word(int peer, std::uint32_t channel, std::uint64_t expected, std::uint64_t seen,
+                                                  std::uint64_t waited) {
+    const std::uint32_t sig = flag_signature(seen);
+    if (is_abort(sig)) return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
+    return fail(failure_kind::mismatch, peer, channel, expected, seen, waited);
+  }
+
   /// The team's verdict on a wait; on failure the team tells every peer to abort this sequence.
   ROCENANTE_HOST_DEVICE bool settle(bool ok) {
     if (team_.all(ok)) return true;

@@ -1,0 +1,36 @@
+# tools/gpu/lib.sh — sourced by the tools/gpu/*-run.sh scripts that run on the GPU machine (device tool), from the
+# repository root with .deps/ carried (doctest and nccl.h headers, .deps/commit = the commit id). Results go to
+# $OUT (default ./gpu-out): summary.log (also on stdout) and, after gpu_pack, logs.tar.gz.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; root=$PWD; export PATH=/usr/local/cuda/bin:$PATH
+S="$OUT/summary.log"
+t0=$(date +%s)
+# a line into the summary and onto stdout
+say() { echo "$*" | tee -a "$S"; }
+# the summary's head: date, commit, GPU, driver, clocks, nvcc
+gpu_header() {
+  { date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"
+    nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } 2>&1 | tee "$S"
+}
+# gpu_setup DIR [meson options...]: configure an sm_90a build in DIR; exit with the log's tail on failure
+gpu_setup() {
+  local dir=$1; shift
+  meson setup "$dir" -Dgpu_archs=90a -Dextra_include="$root/.deps/include" "$@" >"/tmp/setup-${dir//\//_}.log" 2>&1 ||
+    { tail -20 "/tmp/setup-${dir//\//_}.log" | tee -a "$S"; exit 1; }
+}
+# gpu_build_errors LOG...: the first compiler errors of build logs into the summary
+gpu_build_errors() { grep -E "error|FAILED" -A3 "$@" | head -30 | tee -a "$S"; }
+# step NAME LIMIT_S COMMAND...: run with a time limit, output in $OUT/NAME.log, one summary line with doctest's
+# and compute-sanitizer's totals
+step() {
+  local name=$1 lim=$2; shift 2; local t; t=$(date +%s)
+  timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
+  say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY' "$OUT/$name.log" | tr '\n' ' ')"
+}
+# pack every log and JSON of $OUT into logs.tar.gz and leave only it and the summary (the device tool returns a
+# limited number of files)
+gpu_pack() {
+  (cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.log $(ls *.log *.json 2>/dev/null | grep -v '^summary.log$') &&
+     find . -maxdepth 1 -type f ! -name summary.log ! -name logs.tar.gz -delete)
+  say "total: $(( $(date +%s) - t0 )) s"
+}
