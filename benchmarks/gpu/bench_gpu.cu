@@ -43,6 +43,10 @@ struct world {
     // Tuning experiments: ROCENANTE_BENCH_MIN_PART / ROCENANTE_BENCH_MAX_PARTS override the split.
     if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
     if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_PARTS")) o.max_parts = static_cast<std::uint32_t>(std::strtoul(e, nullptr, 10));
+    // ROCENANTE_BENCH_MAX_CTAS / ROCENANTE_BENCH_MAX_PART_BYTES: CTAs per rank and the part size above which a
+    // collective gets more parts than CTAs (options::max_ctas, max_part_bytes).
+    if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_CTAS")) o.max_ctas = static_cast<std::uint32_t>(std::strtoul(e, nullptr, 10));
+    if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_PART_BYTES")) o.max_part_bytes = std::strtoull(e, nullptr, 10);
     host::spawn_ranks(n, [&](bootstrap::in_process& b) { comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o); });
     // ROCENANTE_BENCH_PDL=0 launches without programmatic dependent launch (on by default), for side-by-side runs.
     if (const char* e = std::getenv("ROCENANTE_BENCH_PDL"))

@@ -68,6 +68,6 @@ static_assert(ROCENANTE_LL_MAX_RANKS >= 0 && ROCENANTE_LL_MAX_RANKS <= 16, "ROCE
 inline constexpr int ll_max_ranks = ROCENANTE_LL_MAX_RANKS;
 
 /// Largest options::max_parts: the rank state keeps one sequence word per part (protocol/state.hpp).
-inline constexpr std::uint32_t max_parts_limit = 1024;
+inline constexpr std::uint32_t max_parts_limit = 4096;
 
 }  // namespace rocenante

@@ -105,12 +105,15 @@ status run_one(Comm& comm, algorithm::algo a, bool gather, const T* in, T* out, 
   return comm.template all_reduce<algorithm::one_shot>(in, out, count, s);
 }
 
+inline void no_tweak(options&) {}
+
 template <class T, class Transport = transport::cuda_loopback>
-void sweep(int n, const std::vector<std::size_t>& byte_sizes) {
+void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(options&) = no_tweak) {
   options o = gpu::default_options();
   o.capacity_bytes = 0;
   for (std::size_t b : byte_sizes) o.capacity_bytes = b > o.capacity_bytes ? b : o.capacity_bytes;
   o.timeout_ns = 5'000'000'000ull;
+  tweak(o);
   struct variant {
     algorithm::algo a;
     bool gather;
@@ -194,6 +197,27 @@ TEST_SUITE("gpu.collectives") {
   }
 }
 
+namespace {
+/// More parts than CTAs: 3 CTAs per rank loop over parts of at most 4 KiB (up to 300 of them).
+void looped_parts(options& o) {
+  o.max_parts = 300;
+  o.max_ctas = 3;
+  o.max_part_bytes = 4096;
+}
+}  // namespace
+
+TEST_SUITE("gpu.collectives") {
+  TEST_CASE("CTAs looping over more parts than CTAs match the CPU reference bit for bit (direct and proxy mode)") {
+    const std::vector<std::size_t> s16 = {26, 1002, 49152, (1u << 20) + 2};
+    const std::vector<std::size_t> s32 = {28, 1004, 49152, (1u << 20) + 4};
+    for (int n : {2, 4}) {
+      sweep<__nv_bfloat16>(n, s16, looped_parts);
+      sweep<float>(n, s32, looped_parts);
+      sweep<__half, transport::cuda_loopback_proxy>(n, s16, looped_parts);
+    }
+  }
+}
+
 TEST_SUITE("gpu.proxy") {
   TEST_CASE("proxy mode (host-mapped windows, CPU proxy) matches the CPU reference bit for bit: every dtype") {
     const std::vector<std::size_t> small16 = {16, 26, 48, 1002, 49152, (1u << 20) + 2};
@@ -214,7 +238,7 @@ TEST_SUITE("gpu.proxy") {
     if (const char* e = std::getenv("ROCENANTE_TEST_MAX_PARTS")) {
       char* end = nullptr;
       const unsigned long v = std::strtoul(e, &end, 10);
-      REQUIRE_MESSAGE((end != e && *end == '\0' && v >= 1 && v <= max_parts_limit), "ROCENANTE_TEST_MAX_PARTS=" << e << " is not a count in [1, 1024]");
+      REQUIRE_MESSAGE((end != e && *end == '\0' && v >= 1 && v <= max_parts_limit), "ROCENANTE_TEST_MAX_PARTS=" << e << " is not a count in [1, " << max_parts_limit << "]");
       o.max_parts = static_cast<std::uint32_t>(v);
     }
     std::atomic<int> bad{0};

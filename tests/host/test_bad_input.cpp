@@ -554,6 +554,8 @@ TEST_SUITE("host.config") {
         {"max_parts", 0, [](options& o) { o.max_parts = 2; }},
         {"min_part_bytes", 3, [](options& o) { o.min_part_bytes = 4096; }},
         {"max_polls", 2, [](options& o) { o.max_polls = 1000000; }},
+        {"max_ctas", 1, [](options& o) { o.max_ctas = 1; }},
+        {"max_part_bytes", 0, [](options& o) { o.max_part_bytes = 1 << 16; }},
     };
     for (const skew& s : skews) {
       CAPTURE(s.field);
@@ -579,18 +581,19 @@ TEST_SUITE("host.config") {
   }
 
   TEST_CASE("invalid options on every rank throw config_error on every rank") {
-    for (int variant = 0; variant < 2; ++variant) {
+    for (int variant = 0; variant < 3; ++variant) {
       CAPTURE(variant);
       const auto res = construct_all(3, [&](int) {
         options o = small_options();
         if (variant == 0) o.capacity_bytes = 0;
-        else o.max_parts = 0;
+        else if (variant == 1) o.max_parts = 0;
+        else o.max_ctas = o.max_parts + 1;
         return o;
       });
       for (int r = 0; r < 3; ++r) {
         CAPTURE(r);
         CHECK(res[r].config);
-        CHECK(contains(res[r].what, variant == 0 ? "capacity_bytes" : "max_parts"));
+        CHECK(contains(res[r].what, variant == 0 ? "capacity_bytes" : variant == 1 ? "max_parts" : "max_ctas"));
       }
     }
   }

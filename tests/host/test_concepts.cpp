@@ -392,6 +392,30 @@ TEST_SUITE("host.schedule") {
         }
   }
 
+  TEST_CASE("plan_split: CTAs as part_count gives them; more parts only to keep parts at most max_part packets") {
+    for (std::uint64_t packets : {1ull, 7ull, 64ull, 1000ull, 4096ull, 100000ull, 1ull << 22})
+      for (std::uint64_t min_pp : {1ull, 256ull})
+        for (std::uint64_t max_pp : {0ull, 1ull, 256ull, 4096ull})
+          for (std::uint32_t max_parts : {1u, 16u, 1024u, 4096u})
+            for (std::uint32_t max_ctas : {1u, 3u, 32u}) {
+              CAPTURE(packets);
+              CAPTURE(min_pp);
+              CAPTURE(max_pp);
+              CAPTURE(max_parts);
+              CAPTURE(max_ctas);
+              const auto sp = algorithm::plan_split(packets, min_pp, max_pp, max_parts, max_ctas);
+              const std::uint32_t cap = max_ctas < max_parts ? max_ctas : max_parts;
+              REQUIRE(sp.ctas == algorithm::part_count(packets, min_pp, cap));
+              REQUIRE(sp.parts >= sp.ctas);
+              REQUIRE(sp.parts <= (max_parts > sp.ctas ? max_parts : sp.ctas));
+              if (max_pp == 0) REQUIRE(sp.parts == sp.ctas);
+              // every part holds at most max_pp packets unless the part count hit max_parts
+              if (max_pp != 0 && sp.parts < max_parts) REQUIRE(protocol::ceil_div(packets, sp.parts) <= max_pp);
+              // no more parts than needed for that
+              if (sp.parts > sp.ctas) REQUIRE(protocol::ceil_div(packets, sp.parts - 1) > max_pp);
+            }
+  }
+
   TEST_CASE("ring chunks: every chunk visits every rank exactly once in reduce-scatter and owned_chunk matches") {
     for (int n = 2; n <= max_ranks; ++n) {
       CAPTURE(n);
@@ -497,7 +521,7 @@ TEST_SUITE("host.schedule") {
     no_parts.max_parts = 0;
     CHECK(rtest::contains(refused(2, no_parts), "max_parts"));
     options many_parts = o;
-    many_parts.max_parts = 1025;
+    many_parts.max_parts = max_parts_limit + 1;
     CHECK(rtest::contains(refused(2, many_parts), "max_parts"));
     options big = o;
     big.capacity_bytes = std::uint64_t{1} << 40;  // 16 sources of 1 TiB per slot: 2^45 bytes

@@ -174,6 +174,9 @@ struct one_shot {
           }
         }
       }
+#if ROCENANTE_DISCARD_STAGED && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      discard_read_lines<R>(s, n, r, stride, pr, i0, step);
+#endif
       ROCENANTE_UNROLL
       for (int u = 0; u < reduce_unroll; ++u) {
         const std::uint64_t i = i0 + u * step;
@@ -185,6 +188,31 @@ struct one_shot {
     s.finish(parts);
     return true;
   }
+
+#if ROCENANTE_DISCARD_STAGED && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  /// Experiment (ROCENANTE_DISCARD_STAGED=1): once a warp has read a whole 128-byte line of a peer's staged data,
+  /// drop it from L2 without writing it back (PTX discard.global.L2: a weak write of an indeterminate value,
+  /// ordered before the peer's next write into this slot like the reads are). Only lines inside this part, and
+  /// only when the part starts on a line (then the 8 packets of a line belong to 8 lanes of one warp).
+  template <reduce::reduction R, class Session>
+  ROCENANTE_DEVICE static void discard_read_lines(Session& s, int n, int r, std::uint64_t stride, const range& pr,
+                                                  std::uint64_t i0, std::uint64_t step) {
+    if constexpr (Session::handle_type::shared_staging) return;  // host-mapped windows: not ours to drop
+    if (pr.begin % 8 != 0) return;
+    __syncwarp(__activemask());
+    auto& h = s.handle();
+    ROCENANTE_UNROLL
+    for (int u = 0; u < reduce_unroll; ++u) {
+      const std::uint64_t i = i0 + u * step;
+      if (i % 8 != 0 || i + 8 > pr.end) continue;
+      for (int q = 0; q < n; ++q)
+        if (q != r) {
+          const std::byte* p = h.recv_ptr(s.slot(), q * stride + i * packet_bytes);
+          asm volatile("discard.global.L2 [%0], 128;" ::"l"(p) : "memory");
+        }
+    }
+  }
+#endif
 
   /// All-gather part `s.part()` of `parts`: out[q*count + i] = in_q[i] for every rank q, identical on every rank.
   template <reduce::reduction R, class Session>

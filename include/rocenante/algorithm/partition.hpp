@@ -30,6 +30,11 @@ struct range {
 static_assert(ROCENANTE_DEVICE_UNROLL >= 1 && ROCENANTE_DEVICE_UNROLL <= 16, "ROCENANTE_DEVICE_UNROLL must be in [1, 16]");
 static_assert(ROCENANTE_DEVICE_REDUCE_UNROLL >= 1 && ROCENANTE_DEVICE_REDUCE_UNROLL <= 16,
               "ROCENANTE_DEVICE_REDUCE_UNROLL must be in [1, 16]");
+/// ROCENANTE_DISCARD_STAGED=1 (experiment): one_shot's reduce drops the staged lines it read from L2 without a
+/// write-back (one_shot::discard_read_lines).
+#ifndef ROCENANTE_DISCARD_STAGED
+#define ROCENANTE_DISCARD_STAGED 0
+#endif
 inline constexpr int unroll = ROCENANTE_DEVICE_PASS ? ROCENANTE_DEVICE_UNROLL : 1;
 /// one_shot's reduce loop: a thread loads `source_group` sources x `reduce_unroll` packets before it adds
 /// (8 x 16 bytes in flight per thread, no register spills at 512 threads per CTA for fp32/fp16/bf16 on sm_90).
@@ -50,6 +55,33 @@ ROCENANTE_HOST_DEVICE constexpr std::uint32_t part_count(std::uint64_t packets, 
   const std::uint64_t want = min_packets_per_part ? packets / min_packets_per_part : max_parts;
   return want == 0 ? 1u : (want > max_parts ? max_parts : static_cast<std::uint32_t>(want));
 }
+
+/// How a GPU collective is cut: `ctas` CTAs per rank and `parts` >= ctas parts, which the CTAs take in a loop
+/// (CTA b: parts b, b + ctas, b + 2 ctas, ... in order).
+struct launch_split {
+  std::uint32_t parts;
+  std::uint32_t ctas;
+};
+
+/// CTAs as part_count gives them (at least `min_packets_per_part` each, at most max_ctas); then, when a part
+/// would hold more than `max_packets_per_part` packets (0: no bound), more parts — at most max_parts — so that
+/// each holds about that many. Depends only on shared values, like part_count.
+ROCENANTE_HOST_DEVICE constexpr launch_split plan_split(std::uint64_t packets, std::uint64_t min_packets_per_part,
+                                                        std::uint64_t max_packets_per_part, std::uint32_t max_parts,
+                                                        std::uint32_t max_ctas) {
+  const std::uint32_t ctas = part_count(packets, min_packets_per_part, max_ctas < max_parts ? max_ctas : max_parts);
+  std::uint64_t parts = ctas;
+  if (max_packets_per_part != 0) {
+    const std::uint64_t want = (packets + max_packets_per_part - 1) / max_packets_per_part;
+    if (want > parts) parts = want < max_parts ? want : max_parts;
+  }
+  return {static_cast<std::uint32_t>(parts), ctas};
+}
+
+static_assert(plan_split(4096, 256, 0, 64, 32).parts == 16 && plan_split(4096, 256, 0, 64, 32).ctas == 16);
+static_assert(plan_split(1 << 22, 256, 4096, 4096, 32).parts == 1024 && plan_split(1 << 22, 256, 4096, 4096, 32).ctas == 32);
+static_assert(plan_split(1 << 22, 256, 16, 1024, 32).parts == 1024);
+static_assert(plan_split(8192, 256, 4096, 1024, 32).parts == 32);
 
 static_assert(split(10, 3, 0).begin == 0 && split(10, 3, 0).end == 4);
 static_assert(split(10, 3, 1).begin == 4 && split(10, 3, 1).end == 7);

@@ -13,6 +13,13 @@ struct options {
   std::uint32_t max_parts = 4;
   /// Fewest bytes of input per part; the part count is derived from the count, so every rank agrees on it.
   std::uint64_t min_part_bytes = 64 * 1024;
+  /// GPU: most CTAs one collective's kernel launches per rank (0: max_parts). The co-residency check at set-up
+  /// counts these. A collective with more parts than CTAs runs them in a loop: CTA b takes parts b, b + CTAs, ...
+  std::uint32_t max_ctas = 0;
+  /// GPU: most bytes of input per part (0: no bound). A collective larger than CTAs x max_part_bytes is cut into
+  /// more parts than CTAs (at most max_parts), so that what a rank stages for one part is read by its peers while
+  /// it is still in the GPU's L2 cache, not after it was written back to memory.
+  std::uint64_t max_part_bytes = 0;
   /// Bound on every wait for a peer, in nanoseconds (0: none — not recommended).
   std::uint64_t timeout_ns = 10'000'000'000ull;
   /// Bound on the number of polls of one wait (0: none). The first of the two bounds to run out ends the wait.

@@ -115,12 +115,20 @@ class communicator {
   const device::context<handle_type>& device_context() const { return ctx_; }
   Transport& transport() { return transport_; }
 
-  /// CTAs (parts) a collective of `count` elements of T uses; the same on every rank.
+  /// Parts and CTAs of a collective of `count` elements of T (algorithm::plan_split); the same on every rank.
+  template <class T>
+  algorithm::launch_split split_for(std::size_t count) const {
+    const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
+    return algorithm::plan_split(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes),
+                                 opts_.max_part_bytes / packet_bytes, opts_.max_parts, max_ctas());
+  }
+  /// Parts a collective of `count` elements of T is cut into (its CTAs: split_for(count).ctas).
   template <class T>
   std::uint32_t parts_for(std::size_t count) const {
-    const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
-    return algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
+    return split_for<T>(count).parts;
   }
+  /// Most CTAs per collective kernel of this rank (options::max_ctas, 0 meaning max_parts).
+  std::uint32_t max_ctas() const { return opts_.max_ctas != 0 ? opts_.max_ctas : opts_.max_parts; }
 
   /// out[i] = epilogue(sum over ranks of in[i]), rounded once; see algorithm::no_epilogue for the contract of an
   /// epilogue (trivially copyable functor, passed to the kernel by value).
@@ -131,21 +139,22 @@ class communicator {
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
-    const std::uint32_t parts = parts_for<T>(count);
+    const algorithm::launch_split sp = split_for<T>(count);
     std::uint64_t capacity = capacity_;
     if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
       // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
       // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
       static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue>);
-      if (std::uint64_t(sharing_) * parts > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
+      if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
         return reject_in_sequence(
             stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
-                        std::to_string(sharing_) + " ranks x " + std::to_string(parts) + " CTAs would not all be " +
-                        "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_parts or " +
+                        std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
+                        "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
                         "the epilogue's register use");
       capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
     }
-    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue>, parts, stream, capacity, ctx_, in, out, count, epi));
+    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue>, sp.ctas, stream, capacity, ctx_, in, out, count,
+                           sp.parts, epi));
   }
 
   template <algorithm::algorithm A = algorithm::one_shot, class T>
@@ -153,7 +162,8 @@ class communicator {
     using R = reduce::sum<std::remove_cv_t<T>>;
     static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
     if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream); s != status::ok) return s;
-    return launched(launch(kernel::all_gather<A, R, handle_type>, parts_for<T>(count), stream, capacity_, ctx_, in, out, count));
+    const algorithm::launch_split sp = split_for<T>(count);
+    return launched(launch(kernel::all_gather<A, R, handle_type>, sp.ctas, stream, capacity_, ctx_, in, out, count, sp.parts));
   }
 
   /// Health without a device synchronize: reads the host-mapped mirror of the failure record.
@@ -173,7 +183,7 @@ class communicator {
   /// in the stream is still running and its launch latency is hidden; every collective kernel starts with
   /// griddepcontrol.wait, which keeps stream order's guarantees (kernel/collectives.cuh). When ranks share a GPU
   /// a launch uses it only if every rank's running collective and the one launched early fit on the GPU together
-  /// (ranks x (max_parts + this launch's CTAs) resident CTAs), so the co-residency argument still holds.
+  /// (ranks x (max_ctas + this launch's CTAs) resident CTAs), so the co-residency argument still holds.
   /// Captured into CUDA graphs as programmatic edges. Local to this rank: ranks need not agree.
   /// Why opt-in: on the H200 a rank whose collectives alternated between two eagerly launched streams, ordered by
   /// cudaStreamWaitEvent, got wrong results with it on (tests/gpu: "collectives alternating between two eagerly
@@ -238,7 +248,7 @@ class communicator {
     cudaLaunchAttribute attr[1]{};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    const bool fits = sharing_ <= 1 || std::uint64_t(sharing_) * (opts_.max_parts + grid) <= capacity;
+    const bool fits = sharing_ <= 1 || std::uint64_t(sharing_) * (max_ctas() + grid) <= capacity;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_ && fits ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, fn, std::forward<Args>(args)...);
@@ -310,15 +320,15 @@ class communicator {
     occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type>);
     occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
-    const std::uint64_t need = std::uint64_t(sharing) * opts_.max_parts;
+    const std::uint64_t need = std::uint64_t(sharing) * max_ctas();
     const std::uint64_t have = std::uint64_t(sms) * std::uint64_t(per_sm);
     capacity_ = have;
     if (need > have)
       throw config_error("GPU " + std::to_string(device_) + " would run " + std::to_string(sharing) + " ranks x " +
-                         std::to_string(opts_.max_parts) + " CTAs = " + std::to_string(need) +
+                         std::to_string(max_ctas()) + " CTAs = " + std::to_string(need) +
                          " CTAs that wait on each other, but only " + std::to_string(have) + " (" +
                          std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
-                         ") can be resident at once: that could deadlock; lower options::max_parts to " +
+                         ") can be resident at once: that could deadlock; lower options::max_ctas (or max_parts) to " +
                          std::to_string(have / std::uint64_t(sharing)) + " or fewer (rank " +
                          std::to_string(b.rank()) + ")");
   }

@@ -5,7 +5,7 @@
 // gpu::communicator::all_reduce). A call refused here (bad shape, payload larger than the window) launches
 // kernel::reject in the collective's place, so peers abort instead of waiting, and returns invalid_argument;
 // `why` (optional) receives the reason. Launch path: no allocation, no device synchronisation, graph-safe.
-// Co-residency: these kernels use 512 threads and at most options::max_parts CTAs per rank, like the built-in
+// Co-residency: these kernels use 512 threads and at most max_ctas() CTAs per rank (one part per CTA), like the built-in
 // ones; gpu::communicator's set-up check covers them only if their occupancy is not lower (docs/nvfp4.md).
 #pragma once
 
@@ -49,7 +49,7 @@ status all_reduce_fp4(communicator<Transport>& c, const T* in, T* out, std::size
                       std::string* why = nullptr) {
   using R = reduce::nvfp4_sum<T>;
   std::string reason = nvfp4_detail::check_common(c, in, out, count, sizeof(T));
-  const std::uint32_t parts = algorithm::one_shot_fp4::parts_for(count, sizeof(T), c.opts().min_part_bytes, c.opts().max_parts);
+  const std::uint32_t parts = algorithm::one_shot_fp4::parts_for(count, sizeof(T), c.opts().min_part_bytes, c.max_ctas());
   if (reason.empty() && !algorithm::one_shot_fp4::fits_window(count, parts, c.layout().source_stride))
     reason = "the NVFP4 payload does not fit the window's source region";
   if (!reason.empty()) return nvfp4_detail::refuse(c, stream, reason, why);
@@ -70,7 +70,7 @@ status all_reduce_quantize(communicator<Transport>& c, const T* in, const algori
     reason = "global_scale must be a positive finite float";
   if (!reason.empty()) return nvfp4_detail::refuse(c, stream, reason, why);
   const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(e.rows, e.cols * sizeof(T), c.opts().min_part_bytes,
-                                                                     c.opts().max_parts);
+                                                                     c.max_ctas());
   kernel::nvfp4_all_reduce_quantize<T, typename Transport::handle_type>
       <<<parts, kernel::threads_per_block, 0, stream>>>(c.device_context(), in, e);
   return nvfp4_detail::launched(why);
@@ -83,7 +83,7 @@ status all_gather_nvfp4(communicator<Transport>& c, const algorithm::nvfp4_gathe
   std::string reason = nvfp4_detail::check_common(c, g.data, g.out_data, g.rows * g.cols, 1);
   if (reason.empty() && g.cols % 16 != 0) reason = "cols is not a multiple of 16";
   if (reason.empty() && (g.scales == nullptr || g.out_scales == nullptr)) reason = "a scale pointer is null";
-  const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(g.rows, g.cols / 2, c.opts().min_part_bytes, c.opts().max_parts);
+  const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(g.rows, g.cols / 2, c.opts().min_part_bytes, c.max_ctas());
   if (reason.empty() && !algorithm::one_shot_fp4::gather_fits(g.rows, g.cols, parts, c.layout().source_stride))
     reason = "the NVFP4 tensor does not fit the window's source region";
   if (!reason.empty()) return nvfp4_detail::refuse(c, stream, reason, why);

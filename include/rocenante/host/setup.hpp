@@ -31,6 +31,9 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
   if (opts.max_parts == 0 || opts.max_parts > max_parts_limit)
     throw config_error("options::max_parts = " + std::to_string(opts.max_parts) + " is outside [1, " +
                        std::to_string(max_parts_limit) + "]");
+  if (opts.max_ctas > opts.max_parts)
+    throw config_error("options::max_ctas = " + std::to_string(opts.max_ctas) + " is above max_parts = " +
+                       std::to_string(opts.max_parts) + " (0 means max_parts)");
   protocol::window_layout l;
   l.ranks = static_cast<std::uint32_t>(ranks);
   l.max_parts = opts.max_parts;
@@ -54,13 +57,14 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
 
 /// The values every rank must agree on, in the order they are checked.
 struct agreed_config {
-  std::uint64_t version, ranks, capacity_bytes, max_parts, min_part_bytes, timeout_ns, max_polls, first_sequence,
-      transport;
-  static constexpr std::array<const char*, 9> names = {"version", "ranks", "capacity_bytes", "max_parts",
-                                                       "min_part_bytes", "timeout_ns", "max_polls",
-                                                       "first_sequence", "transport"};
-  std::array<std::uint64_t, 9> values() const {
-    return {version, ranks, capacity_bytes, max_parts, min_part_bytes, timeout_ns, max_polls, first_sequence, transport};
+  std::uint64_t version, ranks, capacity_bytes, max_parts, min_part_bytes, max_ctas, max_part_bytes, timeout_ns,
+      max_polls, first_sequence, transport;
+  static constexpr std::array<const char*, 11> names = {"version", "ranks", "capacity_bytes", "max_parts",
+                                                        "min_part_bytes", "max_ctas", "max_part_bytes", "timeout_ns",
+                                                        "max_polls", "first_sequence", "transport"};
+  std::array<std::uint64_t, 11> values() const {
+    return {version,  ranks,          capacity_bytes, max_parts, min_part_bytes, max_ctas, max_part_bytes, timeout_ns,
+            max_polls, first_sequence, transport};
   }
 };
 
@@ -75,7 +79,8 @@ inline std::uint64_t name_hash(const char* s) {
 inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, const char* transport_name) {
   const agreed_config mine{version,       static_cast<std::uint64_t>(boot.size()),
                            o.capacity_bytes, o.max_parts,
-                           o.min_part_bytes, o.timeout_ns,
+                           o.min_part_bytes, o.max_ctas,
+                           o.max_part_bytes, o.timeout_ns,
                            o.max_polls,     o.first_sequence,
                            name_hash(transport_name)};
   std::vector<agreed_config> all(static_cast<std::size_t>(boot.size()));

@@ -1,4 +1,5 @@
-// kernel/collectives.cuh — ready-made __global__ kernels: one CTA per part, gridDim.x == parts.
+// kernel/collectives.cuh — ready-made __global__ kernels: gridDim.x CTAs take the collective's `parts` parts,
+// CTA b parts b, b + gridDim.x, ... in order (one part per CTA when parts == gridDim.x).
 // Launched by gpu::communicator; usable directly with a device::context.
 #pragma once
 
@@ -37,23 +38,29 @@ static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <=
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue>
 __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
     all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
-               typename Reduction::value_type* out, std::uint64_t count, Epilogue epi = {}) {
+               typename Reduction::value_type* out, std::uint64_t count, std::uint32_t parts, Epilogue epi = {}) {
   dependent_launch_entry();
   using block_t = device::block_all_reduce<Algorithm, Reduction, Handle, Epilogue>;
   __shared__ typename block_t::temp_storage tmp;
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
-  (void)coll.run(ctx, in, out, count, blockIdx.x, gridDim.x, epi);
+  for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
+    if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)
+    if (!coll.run(ctx, in, out, count, p, parts, epi)) break;
+  }
 }
 
 template <class Algorithm, class Reduction, class Handle>
 __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
     all_gather(device::context<Handle> ctx, const typename Reduction::value_type* in,
-               typename Reduction::value_type* out, std::uint64_t count) {
+               typename Reduction::value_type* out, std::uint64_t count, std::uint32_t parts) {
   dependent_launch_entry();
   __shared__ typename device::block_all_gather<Algorithm, Reduction, Handle>::temp_storage tmp;
   device::block_all_gather<Algorithm, Reduction, Handle> coll(tmp, static_cast<int>(threadIdx.x),
                                                               static_cast<int>(blockDim.x));
-  (void)coll.run(ctx, in, out, count, blockIdx.x, gridDim.x);
+  for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
+    if (p != blockIdx.x) __threadfence();
+    if (!coll.run(ctx, in, out, count, p, parts)) break;
+  }
 }
 
 /// A rank that refuses a call (bad input seen on the host) launches this instead of the collective, in stream

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# tools/gpu/s6-run.sh — first device call of 2026-12-04 (evening): the review changes of 5cc851e on the GPU (gpu +
+# nvfp4 suites, new case: CTAs looping over more parts than CTAs), and the 64 MiB experiment: parts smaller than
+# a CTA's share (options::max_part_bytes, CTAs loop over them) so that a rank's staged data is read by its peers
+# while it is still in L2; with and without dropping the read lines from L2 (ROCENANTE_DISCARD_STAGED=1).
+source "$(dirname "$0")/lib.sh"
+gpu_header
+b=build-s6; d=build-s6d
+gpu_setup $b -Dexamples=false
+gpu_setup $d -Dexamples=false
+ninja -C $b -j16 tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-gpu >/tmp/build.log 2>&1 || gpu_build_errors /tmp/build.log
+NVCC_APPEND_FLAGS=-DROCENANTE_DISCARD_STAGED=1 ninja -C $d -j16 benchmarks/gpu/rocenante-bench-gpu tests/gpu/test_gpu_collectives >/tmp/buildd.log 2>&1 || gpu_build_errors /tmp/buildd.log
+say "build: $(( $(date +%s) - t0 )) s"
+step gpu-tests-collectives 200 $b/tests/gpu/test_gpu_collectives
+step gpu-tests-nvfp4 100 $b/tests/gpu/test_gpu_nvfp4
+big='(all_reduce/(one_shot|ring)|all_gather/one_shot)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1|copy/d2d/bytes:67108864$'
+bench() {  # bench NAME BINARY_DIR [VAR=VALUE...]
+  local name=$1 dir=$2; shift 2; local t; t=$(date +%s)
+  env "$@" timeout 120 $dir/benchmarks/gpu/rocenante-bench-gpu --benchmark_filter="$big" \
+    --benchmark_out="$OUT/$name.json" --benchmark_out_format=json >"$OUT/bench-$name.log" 2>&1
+  say "$name ($*): rc=$? after $(( $(date +%s) - t )) s"
+  grep -E "^(all_|copy)" "$OUT/bench-$name.log" | awk '{printf "  %-70s %10s %s\n", $1, $2, $3}' | tee -a "$S"
+}
+bench base $b
+for pb in 262144 65536 16384; do
+  bench parts-$pb $b ROCENANTE_BENCH_MAX_PARTS=4096 ROCENANTE_BENCH_MAX_CTAS=32 ROCENANTE_BENCH_MAX_PART_BYTES=$pb
+done
+for pb in 65536 16384; do
+  bench discard-$pb $d ROCENANTE_BENCH_MAX_PARTS=4096 ROCENANTE_BENCH_MAX_CTAS=32 ROCENANTE_BENCH_MAX_PART_BYTES=$pb
+done
+gpu_pack
