@@ -198,18 +198,19 @@ TEST_SUITE("gpu.collectives") {
 }
 
 namespace {
-/// More parts than CTAs: 3 CTAs per rank loop over parts of at most 4 KiB (up to 300 of them).
+/// More parts than CTAs: 3 CTAs per rank loop over parts of at most 16 KiB (65 of them at 1 MiB + 2 bytes; each
+/// more than one packet per thread, so the bulk loop runs).
 void looped_parts(options& o) {
   o.max_parts = 300;
   o.max_ctas = 3;
-  o.max_part_bytes = 4096;
+  o.max_part_bytes = 16384;
 }
 }  // namespace
 
 TEST_SUITE("gpu.collectives") {
   TEST_CASE("CTAs looping over more parts than CTAs match the CPU reference bit for bit (direct and proxy mode)") {
-    const std::vector<std::size_t> s16 = {26, 1002, 49152, (1u << 20) + 2};
-    const std::vector<std::size_t> s32 = {28, 1004, 49152, (1u << 20) + 4};
+    const std::vector<std::size_t> s16 = {26, 1002, 49152, (1u << 20) + 2, 4u << 20};
+    const std::vector<std::size_t> s32 = {28, 1004, 49152, (1u << 20) + 4, 4u << 20};
     for (int n : {2, 4}) {
       sweep<__nv_bfloat16>(n, s16, looped_parts);
       sweep<float>(n, s32, looped_parts);

@@ -66,7 +66,7 @@ struct one_shot {
   ROCENANTE_HOST_DEVICE static bool all_reduce(Session& s, const typename R::value_type* in,
                                                typename R::value_type* out, std::uint64_t count,
                                                std::uint32_t parts, const Epilogue& epi = {}) {
-#if ROCENANTE_DEVICE_PASS
+#if ROCENANTE_DEVICE_PASS && !ROCENANTE_ONE_SHOT_BULK_ONLY
     if constexpr (requires(typename Session::handle_type& hh) { hh.ll_recv_ptr(0u, std::uint64_t{0}); })
       if (uses_ll<R>(s.handle().layout(), s.handle().ranks(), count, parts, s.team().size()))
         return all_reduce_ll<R>(s, in, out, count, parts, epi);
@@ -84,7 +84,7 @@ struct one_shot {
     // loads, so all of them are in flight together (with a branch per source, load_user's, they were issued
     // one after another: ~250 ns per source in the reduce of a 48 KiB call, measured by the phase tracer).
     const bool plain_input = reduce::detail::aligned16(in) && count % reduce::lanes<R> == 0;
-    if (pr.size() <= step) {
+    if (!ROCENANTE_ONE_SHOT_BULK_ONLY && pr.size() <= step) {
       // At most one packet per thread (decode-size messages): load the packet of every source at once, so the
       // reduce costs one memory latency instead of one per rank, then sum in rank order as below.
       const std::uint64_t i = pr.begin + team.thread();
