@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,14 @@ struct world {
     options o = gpu::default_options();
     o.capacity_bytes = cap;
     o.max_parts = ranks == 8 ? 16 : 32;
+    if (std::is_same_v<Transport, transport::cuda_loopback>) {
+      // Direct windows: messages above CTAs x max_part_bytes are cut into parts small enough that a rank's staged
+      // data is read by its peers from L2 (docs/performance.md: ranks on the GPU x CTAs x (n - 1) x part bytes,
+      // 24 MiB at 4 ranks). The proxy world keeps one part per CTA (its proxy scans every part's queue).
+      o.max_ctas = o.max_parts;
+      o.max_parts = 1024;
+      o.max_part_bytes = ranks == 8 ? 32768 : 65536;
+    }
     // Tuning experiments: ROCENANTE_BENCH_MIN_PART / ROCENANTE_BENCH_MAX_PARTS override the split.
     if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
     if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_PARTS")) o.max_parts = static_cast<std::uint32_t>(std::strtoul(e, nullptr, 10));
@@ -47,6 +56,7 @@ struct world {
     // collective gets more parts than CTAs (options::max_ctas, max_part_bytes).
     if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_CTAS")) o.max_ctas = static_cast<std::uint32_t>(std::strtoul(e, nullptr, 10));
     if (const char* e = std::getenv("ROCENANTE_BENCH_MAX_PART_BYTES")) o.max_part_bytes = std::strtoull(e, nullptr, 10);
+    if (o.max_ctas > o.max_parts) o.max_ctas = o.max_parts;
     host::spawn_ranks(n, [&](bootstrap::in_process& b) { comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o); });
     // ROCENANTE_BENCH_PDL=0 launches without programmatic dependent launch (on by default), for side-by-side runs.
     if (const char* e = std::getenv("ROCENANTE_BENCH_PDL"))

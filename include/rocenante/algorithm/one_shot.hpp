@@ -66,7 +66,7 @@ struct one_shot {
   ROCENANTE_HOST_DEVICE static bool all_reduce(Session& s, const typename R::value_type* in,
                                                typename R::value_type* out, std::uint64_t count,
                                                std::uint32_t parts, const Epilogue& epi = {}) {
-#if ROCENANTE_DEVICE_PASS && !ROCENANTE_ONE_SHOT_BULK_ONLY
+#if ROCENANTE_DEVICE_PASS
     if constexpr (requires(typename Session::handle_type& hh) { hh.ll_recv_ptr(0u, std::uint64_t{0}); })
       if (uses_ll<R>(s.handle().layout(), s.handle().ranks(), count, parts, s.team().size()))
         return all_reduce_ll<R>(s, in, out, count, parts, epi);
@@ -84,7 +84,7 @@ struct one_shot {
     // loads, so all of them are in flight together (with a branch per source, load_user's, they were issued
     // one after another: ~250 ns per source in the reduce of a 48 KiB call, measured by the phase tracer).
     const bool plain_input = reduce::detail::aligned16(in) && count % reduce::lanes<R> == 0;
-    if (!ROCENANTE_ONE_SHOT_BULK_ONLY && pr.size() <= step) {
+    if (pr.size() <= step) {
       // At most one packet per thread (decode-size messages): load the packet of every source at once, so the
       // reduce costs one memory latency instead of one per rank, then sum in rank order as below.
       const std::uint64_t i = pr.begin + team.thread();
@@ -132,6 +132,40 @@ struct one_shot {
       s.trace(6);
       return true;
     }
+    reduce_bulk<R, false>(s, in, out, count, pr, plain_input, epi);
+    s.finish(parts);
+    return true;
+  }
+
+  /// The same all-reduce with only its bulk loop compiled (no LL, no one-packet-per-thread path): the kernel for
+  /// calls whose every part holds more packets than the team has threads (gpu::communicator picks it; the bytes
+  /// are the same as all_reduce's). Without the other paths the kernel needs fewer registers and spills nothing
+  /// (sm_90a, bf16: 118 registers vs 128 and 1368 bytes of spills; 64 MiB at 4 ranks 940 vs 916 us, with parts in
+  /// L2 741 vs 809 us: docs/results/h200-2026-12-04/s6b-2cbb7ed).
+  /// Discard: drop each staged line from L2 once it is read (discard_read_lines); for parts small enough that
+  /// the peers' staged data is still in L2 when it is read (options::max_part_bytes), never otherwise (a line
+  /// already written back costs the discard and saves nothing: 993 vs 916 us).
+  template <reduce::reduction R, bool Discard, class Session, class Epilogue = no_epilogue>
+  ROCENANTE_HOST_DEVICE static bool all_reduce_bulk(Session& s, const typename R::value_type* in,
+                                                    typename R::value_type* out, std::uint64_t count,
+                                                    std::uint32_t parts, const Epilogue& epi = {}) {
+    if (!stage_and_exchange<R>(s, in, count, parts)) return false;
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    reduce_bulk<R, Discard>(s, in, out, count, pr, reduce::detail::aligned16(in) && count % reduce::lanes<R> == 0, epi);
+    s.finish(parts);
+    return true;
+  }
+
+  /// The reduce of part `pr` when its packets outnumber the team's threads: each thread sums packets
+  /// i0, i0 + team, ... in rank order (fp32), several packets and sources in flight at once.
+  template <reduce::reduction R, bool Discard, class Session, class Epilogue>
+  ROCENANTE_HOST_DEVICE static void reduce_bulk(Session& s, const typename R::value_type* in, typename R::value_type* out,
+                                                std::uint64_t count, const range& pr, bool plain_input, const Epilogue& epi) {
+    auto& team = s.team();
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    const std::uint64_t stride = source_stride<R>(h.layout(), count);
+    const std::uint64_t step = static_cast<std::uint64_t>(team.size());
     for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += reduce_unroll * step) {
       reduce::accum_packet<R> acc[reduce_unroll] = {};
       // Sources in groups: every load of a group is issued before the first add, so a thread keeps
@@ -174,8 +208,8 @@ struct one_shot {
           }
         }
       }
-#if ROCENANTE_DISCARD_STAGED && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-      discard_read_lines<R>(s, n, r, stride, pr, i0, step);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      if constexpr (Discard) discard_read_lines<R>(s, n, r, stride, pr, i0, step);
 #endif
       ROCENANTE_UNROLL
       for (int u = 0; u < reduce_unroll; ++u) {
@@ -185,21 +219,24 @@ struct one_shot {
         reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc[u]));
       }
     }
-    s.finish(parts);
-    return true;
   }
 
-#if ROCENANTE_DISCARD_STAGED && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  /// Experiment (ROCENANTE_DISCARD_STAGED=1): once a warp has read a whole 128-byte line of a peer's staged data,
-  /// drop it from L2 without writing it back (PTX discard.global.L2: a weak write of an indeterminate value,
-  /// ordered before the peer's next write into this slot like the reads are). Only lines inside this part, and
-  /// only when the part starts on a line (then the 8 packets of a line belong to 8 lanes of one warp).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  /// Once a warp has read a whole 128-byte line of a peer's staged data, drop it from L2 without writing it back
+  /// (PTX discard.global.L2: a weak write of an indeterminate value). It is ordered before the peer's next write
+  /// into this slot exactly as the reads are (kernel end, then this rank's flag of the next collective, which the
+  /// peer acquires before it stages into this slot again). Only lines inside this part (a line shared with the
+  /// next part may not have been read yet), only when the part starts on a line (then the 8 packets of a line
+  /// belong to 8 lanes of one warp, which __syncwarp orders), only in iterations where all 32 lanes of the warp
+  /// are in the loop (the tail skips it), never in host-mapped windows. Needs team threads in hardware lane order
+  /// (team thread t = threadIdx.x, as kernel::all_reduce passes them).
   template <reduce::reduction R, class Session>
   ROCENANTE_DEVICE static void discard_read_lines(Session& s, int n, int r, std::uint64_t stride, const range& pr,
                                                   std::uint64_t i0, std::uint64_t step) {
     if constexpr (Session::handle_type::shared_staging) return;  // host-mapped windows: not ours to drop
-    if (pr.begin % 8 != 0) return;
-    __syncwarp(__activemask());
+    if (pr.begin % 8 != 0 || step % 32 != 0) return;
+    if (i0 - static_cast<std::uint64_t>(s.team().thread() & 31) + 32 > pr.end) return;  // the same for the warp's lanes
+    __syncwarp();
     auto& h = s.handle();
     ROCENANTE_UNROLL
     for (int u = 0; u < reduce_unroll; ++u) {

@@ -30,16 +30,6 @@ struct range {
 static_assert(ROCENANTE_DEVICE_UNROLL >= 1 && ROCENANTE_DEVICE_UNROLL <= 16, "ROCENANTE_DEVICE_UNROLL must be in [1, 16]");
 static_assert(ROCENANTE_DEVICE_REDUCE_UNROLL >= 1 && ROCENANTE_DEVICE_REDUCE_UNROLL <= 16,
               "ROCENANTE_DEVICE_REDUCE_UNROLL must be in [1, 16]");
-/// ROCENANTE_DISCARD_STAGED=1 (experiment): one_shot's reduce drops the staged lines it read from L2 without a
-/// write-back (one_shot::discard_read_lines).
-#ifndef ROCENANTE_DISCARD_STAGED
-#define ROCENANTE_DISCARD_STAGED 0
-#endif
-/// ROCENANTE_ONE_SHOT_BULK_ONLY=1 (experiment): one_shot's all-reduce compiles only its bulk loop (no LL, no
-/// one-packet-per-thread path), to measure what their registers cost the bulk loop.
-#ifndef ROCENANTE_ONE_SHOT_BULK_ONLY
-#define ROCENANTE_ONE_SHOT_BULK_ONLY 0
-#endif
 inline constexpr int unroll = ROCENANTE_DEVICE_PASS ? ROCENANTE_DEVICE_UNROLL : 1;
 /// one_shot's reduce loop: a thread loads `source_group` sources x `reduce_unroll` packets before it adds
 /// (8 x 16 bytes in flight per thread, no register spills at 512 threads per CTA for fp32/fp16/bf16 on sm_90).

@@ -60,6 +60,20 @@ class block_all_reduce {
     return Algorithm::template all_reduce<Reduction>(s, in, out, count, parts, epi);
   }
 
+  /// run() with only the algorithm's bulk loop compiled (one_shot::all_reduce_bulk: fewer registers), for calls
+  /// whose every part holds more packets than the team has threads — the same bytes as run(). Discard: drop the
+  /// peers' staged lines from L2 once read (worth it only when parts are small enough to be read from L2; needs
+  /// team threads in hardware lane order). Every rank must use the same variant for a call.
+  template <bool Discard>
+  ROCENANTE_DEVICE bool run_bulk(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
+                                 std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
+    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                       static_cast<std::uint32_t>(Algorithm::id),
+                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
+    protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
+    return Algorithm::template all_reduce_bulk<Reduction, Discard>(s, in, out, count, parts, epi);
+  }
+
  private:
   block_team team_;
 };

@@ -115,17 +115,32 @@ class communicator {
   const device::context<handle_type>& device_context() const { return ctx_; }
   Transport& transport() { return transport_; }
 
-  /// Parts and CTAs of a collective of `count` elements of T (algorithm::plan_split); the same on every rank.
-  template <class T>
+  /// Parts and CTAs of a collective of `count` elements of T with algorithm A (algorithm::plan_split); the same
+  /// on every rank. A ring part is cut into n chunks, one per step, so its parts may be n x max_part_bytes (at 4
+  /// ranks, 64 MiB: 256 KiB parts 446 us, 64 KiB parts 646 us, one part per CTA 554 us; s6-0324847).
+  template <class T, class A = algorithm::one_shot>
   algorithm::launch_split split_for(std::size_t count) const {
     const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
-    return algorithm::plan_split(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes),
-                                 opts_.max_part_bytes / packet_bytes, opts_.max_parts, max_ctas());
+    const std::uint64_t part_bytes = opts_.max_part_bytes * (std::is_same_v<A, algorithm::ring> ? std::uint64_t(size()) : 1u);
+    return algorithm::plan_split(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), part_bytes / packet_bytes,
+                                 opts_.max_parts, max_ctas());
   }
   /// Parts a collective of `count` elements of T is cut into (its CTAs: split_for(count).ctas).
-  template <class T>
+  template <class T, class A = algorithm::one_shot>
   std::uint32_t parts_for(std::size_t count) const {
-    return split_for<T>(count).parts;
+    return split_for<T, A>(count).parts;
+  }
+  /// The kernel variant an all-reduce of `count` elements of T with algorithm A launches (rank-invariant): one_shot
+  /// calls whose every part holds more packets than a CTA has threads run the bulk loop alone (no LL, no
+  /// one-packet path: fewer registers), dropping read staged lines from L2 when parts outnumber CTAs (parts
+  /// sized by max_part_bytes to be read from L2).
+  template <class T, class A = algorithm::one_shot>
+  kernel::reduce_path path_for(std::size_t count) const {
+    if constexpr (!std::is_same_v<A, algorithm::one_shot>) return kernel::reduce_path::any;
+    const algorithm::launch_split sp = split_for<T, A>(count);
+    const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
+    if (packets / sp.parts <= std::uint64_t{threads}) return kernel::reduce_path::any;
+    return sp.parts > sp.ctas ? kernel::reduce_path::bulk_discard : kernel::reduce_path::bulk;
   }
   /// Most CTAs per collective kernel of this rank (options::max_ctas, 0 meaning max_parts).
   std::uint32_t max_ctas() const { return opts_.max_ctas != 0 ? opts_.max_ctas : opts_.max_parts; }
@@ -139,22 +154,12 @@ class communicator {
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
-    const algorithm::launch_split sp = split_for<T>(count);
-    std::uint64_t capacity = capacity_;
-    if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
-      // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
-      // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
-      static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue>);
-      if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
-        return reject_in_sequence(
-            stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
-                        std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
-                        "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
-                        "the epilogue's register use");
-      capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
+    switch (path_for<T, A>(count)) {
+      case kernel::reduce_path::bulk: return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk>(in, out, count, stream, epi);
+      case kernel::reduce_path::bulk_discard:
+        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk_discard>(in, out, count, stream, epi);
+      default: return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any>(in, out, count, stream, epi);
     }
-    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue>, sp.ctas, stream, capacity, ctx_, in, out, count,
-                           sp.parts, epi));
   }
 
   template <algorithm::algorithm A = algorithm::one_shot, class T>
@@ -162,7 +167,7 @@ class communicator {
     using R = reduce::sum<std::remove_cv_t<T>>;
     static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
     if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream); s != status::ok) return s;
-    const algorithm::launch_split sp = split_for<T>(count);
+    const algorithm::launch_split sp = split_for<T, A>(count);
     return launched(launch(kernel::all_gather<A, R, handle_type>, sp.ctas, stream, capacity_, ctx_, in, out, count, sp.parts));
   }
 
@@ -175,6 +180,33 @@ class communicator {
     h.message = host::describe_failure(rank(), h.failure);
     return h;
   }
+
+ private:
+  template <class A, class R, class Epilogue, kernel::reduce_path Path, class T>
+  status launch_all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
+    if constexpr (Path != kernel::reduce_path::any && !std::is_same_v<A, algorithm::one_shot>) {
+      return status::internal;  // never chosen (path_for)
+    } else {
+    const algorithm::launch_split sp = split_for<T, A>(count);
+    std::uint64_t capacity = capacity_;
+    if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
+      // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
+      // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
+      static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue, Path>);
+      if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
+        return reject_in_sequence(
+            stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
+                        std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
+                        "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
+                        "the epilogue's register use");
+      capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
+    }
+    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, stream, capacity, ctx_, in, out,
+                           count, sp.parts, epi));
+    }
+  }
+
+ public:
 
   const std::string& last_error() const { return last_error_; }
 

@@ -35,7 +35,13 @@ ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void dependent_launch_entry() {
 #endif
 static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <= 4, "ROCENANTE_KERNEL_MIN_BLOCKS must be in [1, 4]");
 
-template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue>
+/// Which code of the all-reduce a kernel compiles: every path (any call), or the bulk loop alone
+/// (block_all_reduce::run_bulk; one_shot, calls whose every part holds more packets than threads per block),
+/// optionally dropping read staged lines from L2 (gpu::communicator uses it when parts outnumber CTAs).
+enum class reduce_path : int { any = 0, bulk = 1, bulk_discard = 2 };
+
+template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue,
+          reduce_path Path = reduce_path::any>
 __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
     all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count, std::uint32_t parts, Epilogue epi = {}) {
@@ -45,7 +51,12 @@ __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
   for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
     if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)
-    if (!coll.run(ctx, in, out, count, p, parts, epi)) break;
+    bool ok;
+    if constexpr (Path == reduce_path::any)
+      ok = coll.run(ctx, in, out, count, p, parts, epi);
+    else
+      ok = coll.template run_bulk<Path == reduce_path::bulk_discard>(ctx, in, out, count, p, parts, epi);
+    if (!ok) break;
   }
 }
 
