@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu/s6c-run.sh — third device call of 2026-12-04 (evening): the committed code, binaries built on the CPU
+# tools/gpu/s6c-run.sh — third device call (and s6d-run.sh, the fourth) of 2026-12-04 (evening): the committed code, binaries built on the CPU
 # machine from this commit (.deps/bin, .deps/lib/libbenchmark): gpu + nvfp4 suites, compute-sanitizer memcheck
 # on the one-rank subset and on the looped-parts case, and the benchmark receipt: decode-size rows (16 CTAs per
 # rank, programmatic launch on) and large rows with parts sized for L2 (the bench's default for direct windows:

@@ -136,10 +136,10 @@ class communicator {
   /// sized by max_part_bytes to be read from L2).
   template <class T, class A = algorithm::one_shot>
   kernel::reduce_path path_for(std::size_t count) const {
-    if constexpr (!std::is_same_v<A, algorithm::one_shot>) return kernel::reduce_path::any;
     const algorithm::launch_split sp = split_for<T, A>(count);
     const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
-    if (packets / sp.parts <= std::uint64_t{threads}) return kernel::reduce_path::any;
+    if (!std::is_same_v<A, algorithm::one_shot> || packets / sp.parts <= std::uint64_t{threads})
+      return sp.parts > sp.ctas ? kernel::reduce_path::any_loop : kernel::reduce_path::any;
     return sp.parts > sp.ctas ? kernel::reduce_path::bulk_discard : kernel::reduce_path::bulk;
   }
   /// Most CTAs per collective kernel of this rank (options::max_ctas, 0 meaning max_parts).
@@ -155,6 +155,8 @@ class communicator {
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
     switch (path_for<T, A>(count)) {
+      case kernel::reduce_path::any_loop:
+        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any_loop>(in, out, count, stream, epi);
       case kernel::reduce_path::bulk: return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk>(in, out, count, stream, epi);
       case kernel::reduce_path::bulk_discard:
         return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk_discard>(in, out, count, stream, epi);
@@ -168,6 +170,8 @@ class communicator {
     static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
     if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream); s != status::ok) return s;
     const algorithm::launch_split sp = split_for<T, A>(count);
+    if (sp.parts > sp.ctas)
+      return launched(launch(kernel::all_gather<A, R, handle_type, true>, sp.ctas, stream, capacity_, ctx_, in, out, count, sp.parts));
     return launched(launch(kernel::all_gather<A, R, handle_type>, sp.ctas, stream, capacity_, ctx_, in, out, count, sp.parts));
   }
 
@@ -184,7 +188,8 @@ class communicator {
  private:
   template <class A, class R, class Epilogue, kernel::reduce_path Path, class T>
   status launch_all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
-    if constexpr (Path != kernel::reduce_path::any && !std::is_same_v<A, algorithm::one_shot>) {
+    if constexpr ((Path == kernel::reduce_path::bulk || Path == kernel::reduce_path::bulk_discard) &&
+                  !std::is_same_v<A, algorithm::one_shot>) {
       return status::internal;  // never chosen (path_for)
     } else {
     const algorithm::launch_split sp = split_for<T, A>(count);

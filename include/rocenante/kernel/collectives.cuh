@@ -35,10 +35,14 @@ ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void dependent_launch_entry() {
 #endif
 static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <= 4, "ROCENANTE_KERNEL_MIN_BLOCKS must be in [1, 4]");
 
-/// Which code of the all-reduce a kernel compiles: every path (any call), or the bulk loop alone
+/// Which code of the all-reduce a kernel compiles: every path, one part per CTA (any call with parts ==
+/// gridDim.x); every path, CTAs looping over parts (any_loop); or the bulk loop alone, CTAs looping over parts
 /// (block_all_reduce::run_bulk; one_shot, calls whose every part holds more packets than threads per block),
 /// optionally dropping read staged lines from L2 (gpu::communicator uses it when parts outnumber CTAs).
-enum class reduce_path : int { any = 0, bulk = 1, bulk_discard = 2 };
+/// Why `any` does not loop: the loop keeps the part index, the part count and the pointers live across the
+/// whole one-shot code, which pushed that kernel from 12 to 1368 bytes of register spills (sm_90a, bf16), and the
+/// spills cost decode-size calls about 1.2 us (48 KiB at 4 ranks, graph: 6.42 vs 5.20 us; s6c-c1cc2a6).
+enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3 };
 
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue,
           reduce_path Path = reduce_path::any>
@@ -49,18 +53,23 @@ __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS
   using block_t = device::block_all_reduce<Algorithm, Reduction, Handle, Epilogue>;
   __shared__ typename block_t::temp_storage tmp;
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
-  for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
-    if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)
-    bool ok;
-    if constexpr (Path == reduce_path::any)
-      ok = coll.run(ctx, in, out, count, p, parts, epi);
-    else
-      ok = coll.template run_bulk<Path == reduce_path::bulk_discard>(ctx, in, out, count, p, parts, epi);
-    if (!ok) break;
+  if constexpr (Path == reduce_path::any) {
+    (void)coll.run(ctx, in, out, count, blockIdx.x, parts, epi);  // parts == gridDim.x
+  } else {
+    for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
+      if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)
+      bool ok;
+      if constexpr (Path == reduce_path::any_loop)
+        ok = coll.run(ctx, in, out, count, p, parts, epi);
+      else
+        ok = coll.template run_bulk<Path == reduce_path::bulk_discard>(ctx, in, out, count, p, parts, epi);
+      if (!ok) break;
+    }
   }
 }
 
-template <class Algorithm, class Reduction, class Handle>
+/// Loop: CTAs loop over parts (parts > gridDim.x); otherwise one part per CTA (see reduce_path::any).
+template <class Algorithm, class Reduction, class Handle, bool Loop = false>
 __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
     all_gather(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count, std::uint32_t parts) {
@@ -68,9 +77,13 @@ __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS
   __shared__ typename device::block_all_gather<Algorithm, Reduction, Handle>::temp_storage tmp;
   device::block_all_gather<Algorithm, Reduction, Handle> coll(tmp, static_cast<int>(threadIdx.x),
                                                               static_cast<int>(blockDim.x));
-  for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
-    if (p != blockIdx.x) __threadfence();
-    if (!coll.run(ctx, in, out, count, p, parts)) break;
+  if constexpr (!Loop) {
+    (void)coll.run(ctx, in, out, count, blockIdx.x, parts);
+  } else {
+    for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
+      if (p != blockIdx.x) __threadfence();
+      if (!coll.run(ctx, in, out, count, p, parts)) break;
+    }
   }
 }
 
