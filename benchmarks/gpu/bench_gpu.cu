@@ -3,8 +3,9 @@
 //
 // Names: all_reduce/<algorithm>/loopback/<dtype>/bytes:<N>/ranks:<R>[/graph:1], all_gather/one_shot/...,
 // copy/d2d/bytes:<N> (device-to-device copy bandwidth in the same run, read + write counted).
-// Counters: algbw and busbw (GB/s, nccl-tests formulas), and for all-reduce mem_GBps (one-shot HBM traffic:
-// per rank (n-1)S stage writes + S stage reads + nS reduce reads + S writes).
+// Counters: algbw and busbw (GB/s, nccl-tests formulas), and for all-reduce mem_GBps (the one-shot algorithm's
+// loads and stores: per rank (n-1)S stage writes + S stage reads + nS reduce reads + S writes; with parts sized for
+// L2, options::max_part_bytes, part of them is served by L2 and never reaches HBM).
 //
 // Run: build/benchmarks/rocenante-bench-gpu --benchmark_out=h200-loopback.json --benchmark_out_format=json
 #include <cstdlib>

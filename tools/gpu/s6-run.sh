@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at commit 0324847 (docs/results/h200-2026-12-04/); the experiment macros it uses (ROCENANTE_DISCARD_STAGED,
+# ROCENANTE_ONE_SHOT_BULK_ONLY) exist only there: later code has kernel::reduce_path instead.
 # tools/gpu/s6-run.sh — first device call of 2026-12-04 (evening): the review changes of 5cc851e on the GPU (gpu +
 # nvfp4 suites, new case: CTAs looping over more parts than CTAs), and the 64 MiB experiment: parts smaller than
 # a CTA's share (options::max_part_bytes, CTAs loop over them) so that a rank's staged data is read by its peers

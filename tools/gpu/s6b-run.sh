@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at commit 2cbb7ed (docs/results/h200-2026-12-04/); the experiment macros it uses (ROCENANTE_DISCARD_STAGED,
+# ROCENANTE_ONE_SHOT_BULK_ONLY) exist only there: later code has kernel::reduce_path instead.
 # tools/gpu/s6b-run.sh — second device call of 2026-12-04 (evening): binaries built on the CPU machine from this
 # commit (.deps/bin, with .deps/lib/libbenchmark) to save device time. The gpu suite with the staged lines dropped
 # from L2 after the reduce (ROCENANTE_DISCARD_STAGED=1; includes the looped-parts case at 16 KiB parts); the 64 MiB

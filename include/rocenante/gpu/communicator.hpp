@@ -192,27 +192,26 @@ class communicator {
                   !std::is_same_v<A, algorithm::one_shot>) {
       return status::internal;  // never chosen (path_for)
     } else {
-    const algorithm::launch_split sp = split_for<T, A>(count);
-    std::uint64_t capacity = capacity_;
-    if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
-      // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
-      // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
-      static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue, Path>);
-      if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
-        return reject_in_sequence(
-            stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
-                        std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
-                        "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
-                        "the epilogue's register use");
-      capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
-    }
-    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, stream, capacity, ctx_, in, out,
-                           count, sp.parts, epi));
+      const algorithm::launch_split sp = split_for<T, A>(count);
+      std::uint64_t capacity = capacity_;
+      if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
+        // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
+        // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
+        static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue, Path>);
+        if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
+          return reject_in_sequence(
+              stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
+                          std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
+                          "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
+                          "the epilogue's register use");
+        capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
+      }
+      return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, stream, capacity, ctx_, in, out,
+                             count, sp.parts, epi));
     }
   }
 
  public:
-
   const std::string& last_error() const { return last_error_; }
 
   /// Programmatic dependent launch (off by default; opt in; sm_90 and later, ignored elsewhere): kernels are launched with
