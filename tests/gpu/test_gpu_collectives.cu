@@ -205,12 +205,29 @@ void looped_parts(options& o) {
   o.max_ctas = 3;
   o.max_part_bytes = 16384;
 }
+
+/// The split gpu::communicator makes with looped_parts for `bytes` of input (algorithm::plan_split, as split_for).
+inline algorithm::launch_split looped_split(std::uint64_t bytes) {
+  options o = gpu::default_options();
+  looped_parts(o);
+  return algorithm::plan_split(protocol::ceil_div(bytes, packet_bytes), protocol::ceil_div(o.min_part_bytes, packet_bytes),
+                               o.max_part_bytes / packet_bytes, o.max_parts, o.max_ctas);
+}
 }  // namespace
 
 TEST_SUITE("gpu.collectives") {
   TEST_CASE("CTAs looping over more parts than CTAs match the CPU reference bit for bit (direct and proxy mode)") {
     const std::vector<std::size_t> s16 = {26, 1002, 49152, (1u << 20) + 2, 4u << 20};
     const std::vector<std::size_t> s32 = {28, 1004, 49152, (1u << 20) + 4, 4u << 20};
+    // The premise: the two largest sizes loop (more parts than CTAs), and their parts hold more packets than a
+    // CTA has threads (the bulk-only kernel, dropping read lines from L2 on direct windows: kernel::reduce_path).
+    for (std::uint64_t bytes : {std::uint64_t{(1u << 20) + 2}, std::uint64_t{4u << 20}}) {
+      const auto sp = looped_split(bytes);
+      CAPTURE(bytes);
+      REQUIRE(sp.ctas == 3);
+      REQUIRE(sp.parts > sp.ctas);
+      REQUIRE(protocol::ceil_div(bytes, packet_bytes) / sp.parts > std::uint64_t{kernel::threads_per_block});
+    }
     for (int n : {2, 4}) {
       sweep<__nv_bfloat16>(n, s16, looped_parts);
       sweep<float>(n, s32, looped_parts);

@@ -27,6 +27,15 @@ step() {
   timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
   say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY' "$OUT/$name.log" | tr '\n' ' ')"
 }
+# gpu_bench NAME BINARY FILTER [VAR=VALUE...]: run a Google Benchmark binary with the filter and the variables
+# (limit 200 s), JSON in $OUT/NAME.json, output in $OUT/bench-NAME.log, one summary line and the rows' times
+gpu_bench() {
+  local name=$1 bin=$2 f=$3; shift 3; local t; t=$(date +%s)
+  env "$@" timeout 200 "$bin" --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
+    --benchmark_counters_tabular=true >"$OUT/bench-$name.log" 2>&1
+  say "$name ($*): rc=$? after $(( $(date +%s) - t )) s"
+  grep -E "^(all_|copy)" "$OUT/bench-$name.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"
+}
 # pack every log and JSON of $OUT into logs.tar.gz and leave only it and the summary (the device tool returns a
 # limited number of files)
 gpu_pack() {

@@ -16,18 +16,11 @@ say "build: $(( $(date +%s) - t0 )) s"
 step gpu-tests-collectives 200 $b/tests/gpu/test_gpu_collectives
 step gpu-tests-nvfp4 100 $b/tests/gpu/test_gpu_nvfp4
 big='(all_reduce/(one_shot|ring)|all_gather/one_shot)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1|copy/d2d/bytes:67108864$'
-bench() {  # bench NAME BINARY_DIR [VAR=VALUE...]
-  local name=$1 dir=$2; shift 2; local t; t=$(date +%s)
-  env "$@" timeout 120 $dir/benchmarks/gpu/rocenante-bench-gpu --benchmark_filter="$big" \
-    --benchmark_out="$OUT/$name.json" --benchmark_out_format=json >"$OUT/bench-$name.log" 2>&1
-  say "$name ($*): rc=$? after $(( $(date +%s) - t )) s"
-  grep -E "^(all_|copy)" "$OUT/bench-$name.log" | awk '{printf "  %-70s %10s %s\n", $1, $2, $3}' | tee -a "$S"
-}
-bench base $b
+gpu_bench base $b/benchmarks/gpu/rocenante-bench-gpu "$big"
 for pb in 262144 65536 16384; do
-  bench parts-$pb $b ROCENANTE_BENCH_MAX_PARTS=4096 ROCENANTE_BENCH_MAX_CTAS=32 ROCENANTE_BENCH_MAX_PART_BYTES=$pb
+  gpu_bench parts-$pb $b/benchmarks/gpu/rocenante-bench-gpu "$big" ROCENANTE_BENCH_MAX_PARTS=4096 ROCENANTE_BENCH_MAX_CTAS=32 ROCENANTE_BENCH_MAX_PART_BYTES=$pb
 done
 for pb in 65536 16384; do
-  bench discard-$pb $d ROCENANTE_BENCH_MAX_PARTS=4096 ROCENANTE_BENCH_MAX_CTAS=32 ROCENANTE_BENCH_MAX_PART_BYTES=$pb
+  gpu_bench discard-$pb $d/benchmarks/gpu/rocenante-bench-gpu "$big" ROCENANTE_BENCH_MAX_PARTS=4096 ROCENANTE_BENCH_MAX_CTAS=32 ROCENANTE_BENCH_MAX_PART_BYTES=$pb
 done
 gpu_pack

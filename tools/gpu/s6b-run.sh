@@ -13,18 +13,12 @@ export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=$root/.deps/bin
 step gpu-tests-collectives-discard 200 $B/test-d
 f='all_reduce/one_shot/loopback/bf16/bytes:67108864/ranks:4/graph:1|copy/d2d/bytes:67108864'
-bench() {  # bench NAME BINARY [VAR=VALUE...]
-  local name=$1 bin=$2; shift 2; local t; t=$(date +%s)
-  env "$@" timeout 60 $B/$bin --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json >"$OUT/bench-$name.log" 2>&1
-  say "$name ($bin $*): rc=$? after $(( $(date +%s) - t )) s"
-  grep -E "^(all_|copy)" "$OUT/bench-$name.log" | awk '{printf "  %-72s %10s %s\n", $1, $2, $3}' | tee -a "$S"
-}
 loop() { echo ROCENANTE_BENCH_MAX_PARTS=4096 ROCENANTE_BENCH_MAX_CTAS=32 ROCENANTE_BENCH_MAX_PART_BYTES=$1; }
-bench base bench-base
-bench base-64k bench-base $(loop 65536)
-bench d-none bench-d
-for pb in 32768 65536 131072; do bench d-$pb bench-d $(loop $pb); done
-bench db-none bench-db
-for pb in 32768 65536 131072; do bench db-$pb bench-db $(loop $pb); done
-bench base-again bench-base
+gpu_bench base $B/bench-base "$f"
+gpu_bench base-64k $B/bench-base "$f" $(loop 65536)
+gpu_bench d-none $B/bench-d "$f"
+for pb in 32768 65536 131072; do gpu_bench d-$pb $B/bench-d "$f" $(loop $pb); done
+gpu_bench db-none $B/bench-db "$f"
+for pb in 32768 65536 131072; do gpu_bench db-$pb $B/bench-db "$f" $(loop $pb); done
+gpu_bench base-again $B/bench-base "$f"
 gpu_pack

@@ -12,17 +12,10 @@ B=$root/.deps/bin
 step gpu-tests-collectives 150 $B/test_gpu_collectives
 step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
 step memcheck-looped 60 compute-sanitizer --tool memcheck $B/test_gpu_collectives -tc='CTAs looping*'
-bench() {  # bench NAME FILTER [VAR=VALUE...]
-  local name=$1 f=$2; shift 2; local t; t=$(date +%s)
-  env "$@" timeout 130 $B/rocenante-bench-gpu --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" \
-    --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench-$name.log" 2>&1
-  say "$name ($*): rc=$? after $(( $(date +%s) - t )) s"
-  grep -E "^(all_|copy)" "$OUT/bench-$name.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"
-}
 small='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:49152/ranks:(2|8)|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|copy'
 big='(all_reduce/(one_shot|ring)|all_gather/one_shot)/loopback/bf16/bytes:(262144|1048576|4194304|16777216|67108864)/ranks:4/graph:1|all_reduce/(one_shot|ring)/loopback/bf16/bytes:67108864/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback/(fp16|fp32)/bytes:67108864/ranks:4/graph:1|copy'
 big1='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(4194304|16777216|67108864)/ranks:4/graph:1|all_reduce/one_shot/loopback/bf16/bytes:67108864/ranks:(2|8)/graph:1|copy'
-bench decode "$small" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
-bench large "$big"
-bench large-one-part-per-cta "$big1" ROCENANTE_BENCH_MAX_PART_BYTES=0
+gpu_bench decode $B/rocenante-bench-gpu "$small" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
+gpu_bench large $B/rocenante-bench-gpu "$big"
+gpu_bench large-one-part-per-cta $B/rocenante-bench-gpu "$big1" ROCENANTE_BENCH_MAX_PART_BYTES=0
 gpu_pack

@@ -83,7 +83,7 @@ struct one_shot {
     // source region: each source is then one plain load from a selected address, with no branch between the
     // loads, so all of them are in flight together (with a branch per source, load_user's, they were issued
     // one after another: ~250 ns per source in the reduce of a 48 KiB call, measured by the phase tracer).
-    const bool plain_input = reduce::detail::aligned16(in) && count % reduce::lanes<R> == 0;
+    const bool plain_input = is_plain_input<R>(in, count);
     if (pr.size() <= step) {
       // At most one packet per thread (decode-size messages): load the packet of every source at once, so the
       // reduce costs one memory latency instead of one per rank, then sum in rank order as below.
@@ -151,9 +151,16 @@ struct one_shot {
                                                     std::uint32_t parts, const Epilogue& epi = {}) {
     if (!stage_and_exchange<R>(s, in, count, parts)) return false;
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
-    reduce_bulk<R, Discard>(s, in, out, count, pr, reduce::detail::aligned16(in) && count % reduce::lanes<R> == 0, epi);
+    reduce_bulk<R, Discard>(s, in, out, count, pr, is_plain_input<R>(in, count), epi);
     s.finish(parts);
     return true;
+  }
+
+  /// A 16-byte aligned input of whole packets (one answer for the whole call): the reduce reads it like a source
+  /// region, one plain load per packet.
+  template <reduce::reduction R>
+  ROCENANTE_HOST_DEVICE static bool is_plain_input(const typename R::value_type* in, std::uint64_t count) {
+    return reduce::detail::aligned16(in) && count % reduce::lanes<R> == 0;
   }
 
   /// The reduce of part `pr` when its packets outnumber the team's threads: each thread sums packets

@@ -53,10 +53,7 @@ class block_all_reduce {
   /// kernel's end orders them, a fence does too.
   ROCENANTE_DEVICE bool run(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
                             std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
-    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
-                                                       static_cast<std::uint32_t>(Algorithm::id),
-                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
-    protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
+    auto s = make_session(ctx, count, part);
     return Algorithm::template all_reduce<Reduction>(s, in, out, count, parts, epi);
   }
 
@@ -67,14 +64,19 @@ class block_all_reduce {
   template <bool Discard>
   ROCENANTE_DEVICE bool run_bulk(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
                                  std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
-    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
-                                                       static_cast<std::uint32_t>(Algorithm::id),
-                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
-    protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
+    auto s = make_session(ctx, count, part);
     return Algorithm::template all_reduce_bulk<Reduction, Discard>(s, in, out, count, parts, epi);
   }
 
  private:
+  /// The protocol session of part `part` of an all-reduce of `count` elements (the call's signature).
+  ROCENANTE_DEVICE protocol::session<block_team, Handle> make_session(context<Handle>& ctx, std::uint64_t count, std::uint32_t part) {
+    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                       static_cast<std::uint32_t>(Algorithm::id),
+                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
+    return protocol::session<block_team, Handle>(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
+  }
+
   block_team team_;
 };
 

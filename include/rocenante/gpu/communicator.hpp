@@ -154,14 +154,16 @@ class communicator {
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
-    switch (path_for<T, A>(count)) {
-      case kernel::reduce_path::any_loop:
-        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any_loop>(in, out, count, stream, epi);
-      case kernel::reduce_path::bulk: return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk>(in, out, count, stream, epi);
-      case kernel::reduce_path::bulk_discard:
+    const kernel::reduce_path path = path_for<T, A>(count);
+    if constexpr (std::is_same_v<A, algorithm::one_shot>) {  // the bulk-only kernels exist for one_shot
+      if (path == kernel::reduce_path::bulk)
+        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk>(in, out, count, stream, epi);
+      if (path == kernel::reduce_path::bulk_discard)
         return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk_discard>(in, out, count, stream, epi);
-      default: return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any>(in, out, count, stream, epi);
     }
+    if (path == kernel::reduce_path::any_loop)
+      return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any_loop>(in, out, count, stream, epi);
+    return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any>(in, out, count, stream, epi);
   }
 
   template <algorithm::algorithm A = algorithm::one_shot, class T>
@@ -188,27 +190,22 @@ class communicator {
  private:
   template <class A, class R, class Epilogue, kernel::reduce_path Path, class T>
   status launch_all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
-    if constexpr ((Path == kernel::reduce_path::bulk || Path == kernel::reduce_path::bulk_discard) &&
-                  !std::is_same_v<A, algorithm::one_shot>) {
-      return status::internal;  // never chosen (path_for)
-    } else {
-      const algorithm::launch_split sp = split_for<T, A>(count);
-      std::uint64_t capacity = capacity_;
-      if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
-        // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
-        // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
-        static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue, Path>);
-        if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
-          return reject_in_sequence(
-              stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
-                          std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
-                          "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
-                          "the epilogue's register use");
-        capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
-      }
-      return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, stream, capacity, ctx_, in, out,
-                             count, sp.parts, epi));
+    const algorithm::launch_split sp = split_for<T, A>(count);
+    std::uint64_t capacity = capacity_;
+    if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
+      // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
+      // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
+      static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue, Path>);
+      if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
+        return reject_in_sequence(
+            stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
+                        std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
+                        "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
+                        "the epilogue's register use");
+      capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
     }
+    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, stream, capacity, ctx_, in, out,
+                           count, sp.parts, epi));
   }
 
  public:
