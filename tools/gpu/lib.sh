@@ -34,7 +34,7 @@ gpu_bench() {
   env "$@" timeout 200 "$bin" --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
     --benchmark_counters_tabular=true >"$OUT/bench-$name.log" 2>&1
   say "$name ($*): rc=$? after $(( $(date +%s) - t )) s"
-  grep -E "^(all_|copy)" "$OUT/bench-$name.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"
+  grep -E "^(all_|copy|floor)" "$OUT/bench-$name.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"
 }
 # pack every log and JSON of $OUT into logs.tar.gz and leave only it and the summary (the device tool returns a
 # limited number of files)
