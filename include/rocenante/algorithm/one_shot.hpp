@@ -67,7 +67,7 @@ struct one_shot {
                                                typename R::value_type* out, std::uint64_t count,
                                                std::uint32_t parts, const Epilogue& epi = {}) {
 #if ROCENANTE_DEVICE_PASS
-    if constexpr (requires(typename Session::handle_type& hh) { hh.ll_recv_ptr(0u, std::uint64_t{0}); })
+    if constexpr (has_ll<typename Session::handle_type>)
       if (uses_ll<R>(s.handle().layout(), s.handle().ranks(), count, parts, s.team().size()))
         return all_reduce_ll<R>(s, in, out, count, parts, epi);
 #endif
@@ -153,6 +153,80 @@ struct one_shot {
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     reduce_bulk<R, Discard>(s, in, out, count, pr, is_plain_input<R>(in, count), epi);
     s.finish(parts);
+    return true;
+  }
+
+  /// The same all-reduce with only its decode-size code compiled: the LL path where it applies, else packets +
+  /// flag with one packet per thread — for calls whose every part holds at most as many packets as the team has
+  /// threads (gpu::communicator picks it and launches only as many threads as the largest part has packets; the
+  /// bytes are the same as all_reduce's). Leaner than all_reduce (no staging loop, no bulk loop, the own packet
+  /// kept in registers from the load to the sum): docs/results/h200-2026-12-04 has the measurements.
+  /// LL: the caller decided (every rank alike) that the call takes the LL path (uses_ll, with a handle that has an
+  /// LL area); the kernel then compiles only that path.
+  template <reduce::reduction R, bool LL, class Session, class Epilogue = no_epilogue>
+  ROCENANTE_HOST_DEVICE static bool all_reduce_small(Session& s, const typename R::value_type* in,
+                                                     typename R::value_type* out, std::uint64_t count,
+                                                     std::uint32_t parts, const Epilogue& epi = {}) {
+#if ROCENANTE_DEVICE_PASS
+    if constexpr (LL) {
+      if constexpr (has_ll<typename Session::handle_type>) return all_reduce_ll<R>(s, in, out, count, parts, epi);
+      return false;
+    }
+#endif
+    using handle_t = typename Session::handle_type;
+    auto& team = s.team();
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    const std::uint64_t stride = source_stride<R>(h.layout(), count);
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    const std::uint64_t base = r * stride;
+    const std::uint64_t i = pr.begin + team.thread();
+    const bool mine = i < pr.end;
+    reduce::value_packet<R> own{};
+    if (mine) own = reduce::load_user<R>(in, i, count);  // before enter: needs no sequence number
+    if (!s.enter()) return false;
+    s.trace(0);
+    s.trace(1);
+    if (mine) {
+      if constexpr (handle_t::shared_staging) {
+        if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), base + i * packet_bytes), own);
+      } else {
+        for (int q = 0; q < n; ++q)
+          if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), own);
+      }
+    }
+    team.sync();
+    if (!signal_and_wait(s, base, pr)) return false;
+    s.trace(4);
+    if (mine) {
+      constexpr int group = 8;  // sources loaded together: one memory latency up to 8 ranks
+      reduce::accum_packet<R> acc{};
+      ROCENANTE_UNROLL
+      for (int q0 = 0; q0 < max_ranks; q0 += group) {
+        if (q0 >= n) break;
+        reduce::value_packet<R> v[group];
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g) {
+          if (q0 + g == r)
+            v[g] = own;
+          else if (q0 + g < n)
+            v[g] = reduce::load_packet_issue<R>(h.recv_ptr(s.slot(), (q0 + g) * stride + i * packet_bytes));
+        }
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g) {
+          if (q0 + g >= n) break;
+          if (q0 + g == 0)
+            acc = reduce::widen<R>(v[g]);
+          else
+            reduce::accumulate<R>(acc, v[g]);
+        }
+      }
+      epi(i * reduce::lanes<R>, acc);
+      reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+    }
+    s.trace(5);
+    s.finish(parts);
+    s.trace(6);
     return true;
   }
 
@@ -289,6 +363,10 @@ struct one_shot {
     return true;
   }
 
+  /// Whether a transport handle has an LL area (directly written windows).
+  template <class Handle>
+  static constexpr bool has_ll = requires(Handle& hh) { hh.ll_recv_ptr(0u, std::uint64_t{0}); };
+
   /// Whether a call takes the LL path (GPU, directly written windows, at most ll_max_ranks ranks: config.hpp has
   /// the measurements): the input fits the layout's LL area and every thread of a part carries at most one packet.
   /// Depends only on values every rank shares (the layout, the count, the parts, the team size), never on a
@@ -377,9 +455,11 @@ struct one_shot {
     }
     reduce::accum_packet<R> acc{};
     if (mine) {
-      constexpr int group = 8;  // sources polled together: one memory latency per poll up to 8 ranks
+      // Sources polled together: one memory latency per poll up to 8 ranks. The LL path serves at most
+      // ll_max_ranks ranks (uses_ll), so no more registers are kept for polls than that.
+      constexpr int group = ll_max_ranks < 1 ? 1 : (ll_max_ranks < 8 ? ll_max_ranks : 8);
       ROCENANTE_UNROLL
-      for (int q0 = 0; q0 < max_ranks; q0 += group) {
+      for (int q0 = 0; q0 < ll_max_ranks; q0 += group) {
         if (q0 >= n || !ok) break;
         uint4 a[group], b[group];
         std::uint32_t pending = 0;
@@ -489,8 +569,18 @@ struct one_shot {
         if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
     }
     team.sync();
+    return signal_and_wait(s, base, pr);
+  }
+
+  /// After the team barrier that follows the staging of part `pr` (at offset `base` of every peer's slot): signal
+  /// every peer, wait for every peer. Direct stores: one signalling thread per peer. Shared staging (proxy, NIC):
+  /// one producer per part.
+  template <class Session>
+  ROCENANTE_HOST_DEVICE static bool signal_and_wait(Session& s, std::uint64_t base, const range& pr) {
+    using handle_t = typename Session::handle_type;
+    auto& team = s.team();
+    const int n = s.handle().ranks(), r = s.handle().rank();
     s.trace(2);
-    // Direct stores: one signalling thread per peer. Shared staging (proxy, NIC): one producer per part.
     const int first = handle_t::shared_staging ? (team.thread() == 0 ? 0 : n) : team.thread();
     const int every = handle_t::shared_staging ? 1 : team.size();
     for (int q = first; q < n; q += every)

@@ -68,6 +68,17 @@ class block_all_reduce {
     return Algorithm::template all_reduce_bulk<Reduction, Discard>(s, in, out, count, parts, epi);
   }
 
+  /// run() with only the algorithm's decode-size code compiled (one_shot::all_reduce_small: one packet per thread,
+  /// or with LL the LL path), for calls whose every part holds at most as many packets as the team has threads —
+  /// the same bytes as run(). LL must equal one_shot::uses_ll for the call (run() decides it inside). Every rank
+  /// must use the same variant for a call.
+  template <bool LL>
+  ROCENANTE_DEVICE bool run_small(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
+                                  std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
+    auto s = make_session(ctx, count, part);
+    return Algorithm::template all_reduce_small<Reduction, LL>(s, in, out, count, parts, epi);
+  }
+
  private:
   /// The protocol session of part `part` of an all-reduce of `count` elements (the call's signature).
   ROCENANTE_DEVICE protocol::session<block_team, Handle> make_session(context<Handle>& ctx, std::uint64_t count, std::uint32_t part) {

@@ -133,13 +133,22 @@ class communicator {
   /// The kernel variant an all-reduce of `count` elements of T with algorithm A launches (rank-invariant): one_shot
   /// calls whose every part holds more packets than a CTA has threads run the bulk loop alone (no LL, no
   /// one-packet path: fewer registers), dropping read staged lines from L2 when parts outnumber CTAs (parts
-  /// sized by max_part_bytes to be read from L2).
+  /// sized by max_part_bytes to be read from L2); calls with one part per CTA and at most one packet per thread
+  /// run the decode-size code alone (small), with as few threads as the largest part needs.
   template <class T, class A = algorithm::one_shot>
   kernel::reduce_path path_for(std::size_t count) const {
     const algorithm::launch_split sp = split_for<T, A>(count);
     const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
-    if (!std::is_same_v<A, algorithm::one_shot> || packets / sp.parts <= std::uint64_t{threads})
-      return sp.parts > sp.ctas ? kernel::reduce_path::any_loop : kernel::reduce_path::any;
+    if (!std::is_same_v<A, algorithm::one_shot> || packets / sp.parts <= std::uint64_t{threads}) {
+      if (sp.parts > sp.ctas) return kernel::reduce_path::any_loop;
+      const std::uint64_t most = protocol::ceil_div(packets, sp.parts);
+      if (!std::is_same_v<A, algorithm::one_shot> || !ROCENANTE_SMALL_KERNEL || most > std::uint64_t{threads})
+        return kernel::reduce_path::any;
+      const bool ll = algorithm::one_shot::has_ll<handle_type> &&
+                      algorithm::one_shot::uses_ll<reduce::sum<std::remove_cv_t<T>>>(layout_, size(), count, sp.parts,
+                                                                                      int(kernel::small_threads(most)));
+      return ll ? kernel::reduce_path::small_ll : kernel::reduce_path::small;
+    }
     return sp.parts > sp.ctas ? kernel::reduce_path::bulk_discard : kernel::reduce_path::bulk;
   }
   /// Most CTAs per collective kernel of this rank (options::max_ctas, 0 meaning max_parts).
@@ -155,7 +164,12 @@ class communicator {
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
     const kernel::reduce_path path = path_for<T, A>(count);
-    if constexpr (std::is_same_v<A, algorithm::one_shot>) {  // the bulk-only kernels exist for one_shot
+    if constexpr (std::is_same_v<A, algorithm::one_shot>) {  // the bulk-only and small kernels exist for one_shot
+      if (path == kernel::reduce_path::small)
+        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::small>(in, out, count, stream, epi);
+      if constexpr (algorithm::one_shot::has_ll<handle_type>)
+        if (path == kernel::reduce_path::small_ll)
+          return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::small_ll>(in, out, count, stream, epi);
       if (path == kernel::reduce_path::bulk)
         return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk>(in, out, count, stream, epi);
       if (path == kernel::reduce_path::bulk_discard)
@@ -173,8 +187,8 @@ class communicator {
     if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream); s != status::ok) return s;
     const algorithm::launch_split sp = split_for<T, A>(count);
     if (sp.parts > sp.ctas)
-      return launched(launch(kernel::all_gather<A, R, handle_type, true>, sp.ctas, stream, capacity_, ctx_, in, out, count, sp.parts));
-    return launched(launch(kernel::all_gather<A, R, handle_type>, sp.ctas, stream, capacity_, ctx_, in, out, count, sp.parts));
+      return launched(launch(kernel::all_gather<A, R, handle_type, true>, sp.ctas, threads, stream, capacity_, ctx_, in, out, count, sp.parts));
+    return launched(launch(kernel::all_gather<A, R, handle_type>, sp.ctas, threads, stream, capacity_, ctx_, in, out, count, sp.parts));
   }
 
   /// Health without a device synchronize: reads the host-mapped mirror of the failure record.
@@ -204,8 +218,13 @@ class communicator {
                         "the epilogue's register use");
       capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
     }
-    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, stream, capacity, ctx_, in, out,
-                           count, sp.parts, epi));
+    // The small kernel: only as many threads as the largest part has packets (every rank derives the same number).
+    const unsigned block =
+        Path == kernel::reduce_path::small || Path == kernel::reduce_path::small_ll
+            ? kernel::small_threads(protocol::ceil_div(protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes), sp.parts))
+            : unsigned{threads};
+    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, block, stream, capacity,
+                           ctx_, in, out, count, sp.parts, epi));
   }
 
  public:
@@ -252,7 +271,7 @@ class communicator {
 
   /// A refusal that takes the collective's place on the stream: the reject kernel tells the peers to abort.
   status reject_in_sequence(cudaStream_t stream, const std::string& why) {
-    (void)launch(kernel::reject<handle_type>, 1, stream, capacity_, ctx_);
+    (void)launch(kernel::reject<handle_type>, 1, threads, stream, capacity_, ctx_);
     (void)cudaGetLastError();
     return refuse(status::invalid_argument,
                   why + "; peers were told to abort this collective and the communicator is now poisoned");
@@ -269,13 +288,14 @@ class communicator {
     return n;
   }
 
-  /// Launches `fn` with `grid` CTAs on `stream`, with the programmatic attribute when enabled and when the
+  /// Launches `fn` with `grid` CTAs of `block` threads on `stream`, with the programmatic attribute when enabled and when the
   /// co-residency bound allows it (see set_programmatic_launch); `capacity` = CTAs of this kernel resident on the GPU.
   template <class... Params, class... Args>
-  cudaError_t launch(void (*fn)(Params...), std::uint32_t grid, cudaStream_t stream, std::uint64_t capacity, Args&&... args) {
+  cudaError_t launch(void (*fn)(Params...), std::uint32_t grid, unsigned block, cudaStream_t stream, std::uint64_t capacity,
+                     Args&&... args) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(threads);
+    cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1]{};
@@ -351,6 +371,7 @@ class communicator {
       per_sm = n < per_sm ? n : per_sm;
     };
     occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type>);
+    occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type, algorithm::no_epilogue, kernel::reduce_path::small>);
     occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
     const std::uint64_t need = std::uint64_t(sharing) * max_ctas();

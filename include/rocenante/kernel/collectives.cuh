@@ -42,7 +42,32 @@ static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <=
 /// Why `any` does not loop: the loop keeps the part index, the part count and the pointers live across the
 /// whole one-shot code, which pushed that kernel from 12 to 1368 bytes of register spills (sm_90a, bf16), and the
 /// spills cost decode-size calls about 1.2 us (48 KiB at 4 ranks, graph: 6.42 vs 5.20 us; s6c-c1cc2a6).
-enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3 };
+/// small / small_ll: the decode-size code alone (block_all_reduce::run_small; one_shot, one part per CTA, every
+/// part at most as many packets as the CTA has threads), packets + flag or the LL path, launched with only as many
+/// threads as the largest part has packets (rounded up to whole warps): docs/results/h200-2026-12-04 has what it
+/// saves.
+enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3, small = 4, small_ll = 5 };
+
+/// Whether gpu::communicator launches reduce_path::small kernels (1, the default) or the all-purpose kernel in
+/// their place (0: a side-by-side experiment, tools/gpu/s7b-run.sh). One value per program.
+#ifndef ROCENANTE_SMALL_KERNEL
+#define ROCENANTE_SMALL_KERNEL 1
+#endif
+/// Fewest threads of a reduce_path::small launch (tuning experiments; one value per program).
+#ifndef ROCENANTE_SMALL_MIN_THREADS
+#define ROCENANTE_SMALL_MIN_THREADS 64
+#endif
+static_assert(ROCENANTE_SMALL_MIN_THREADS >= 32 && ROCENANTE_SMALL_MIN_THREADS <= threads_per_block &&
+                  ROCENANTE_SMALL_MIN_THREADS % 32 == 0,
+              "ROCENANTE_SMALL_MIN_THREADS must be whole warps, at most threads_per_block");
+
+/// Threads of a reduce_path::small launch whose largest part has `packets` packets: whole warps, at least
+/// ROCENANTE_SMALL_MIN_THREADS, at most threads_per_block (fewer threads, cheaper barriers).
+ROCENANTE_HOST_DEVICE constexpr unsigned small_threads(std::uint64_t packets) {
+  const std::uint64_t t = (packets + 31) / 32 * 32;
+  return t < ROCENANTE_SMALL_MIN_THREADS ? ROCENANTE_SMALL_MIN_THREADS
+                                         : (t > threads_per_block ? threads_per_block : static_cast<unsigned>(t));
+}
 
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue,
           reduce_path Path = reduce_path::any>
@@ -55,6 +80,8 @@ __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
   if constexpr (Path == reduce_path::any) {
     (void)coll.run(ctx, in, out, count, blockIdx.x, parts, epi);  // parts == gridDim.x
+  } else if constexpr (Path == reduce_path::small || Path == reduce_path::small_ll) {
+    (void)coll.template run_small<Path == reduce_path::small_ll>(ctx, in, out, count, blockIdx.x, parts, epi);  // parts == gridDim.x
   } else {
     for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
       if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)
