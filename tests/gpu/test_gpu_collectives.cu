@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -107,6 +108,10 @@ status run_one(Comm& comm, algorithm::algo a, bool gather, const T* in, T* out, 
 
 inline void no_tweak(options&) {}
 
+/// Kernel variants (kernel::reduce_path) the one-shot all-reduces of sweep() launched, as rank 0's communicator
+/// chose them (gpu::communicator::path_for): a test case REQUIREs the variants it means to cover.
+inline std::set<kernel::reduce_path> paths_seen;
+
 template <class T, class Transport = transport::cuda_loopback>
 void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(options&) = no_tweak) {
   options o = gpu::default_options();
@@ -143,6 +148,10 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(opti
         cudaMemcpyAsync(din.p, hin.data(), count * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
         cudaMemsetAsync(dout.p, 0xff, out_count * sizeof(T), gr.stream);  // poison: every element must be written
         const status st = run_one<T>(comm, v.a, v.gather, din.p, dout.p, count, gr.stream);
+        if (r == 0 && v.a == algorithm::algo::one_shot && !v.gather) {
+          std::lock_guard lock(mu);
+          paths_seen.insert(comm.template path_for<T, algorithm::one_shot>(count));
+        }
         cudaMemcpyAsync(hout.data(), dout.p, out_count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
         const cudaError_t e = cudaStreamSynchronize(gr.stream);
         outputs[r].assign(hout.data(), hout.data() + out_count);
@@ -186,14 +195,25 @@ TEST_SUITE("gpu.collectives") {
     sweep<__half>(1, {26, 49152});
     sweep<__nv_bfloat16>(1, {26, 49152, (1u << 20) + 2});
   }
+  // Each sweep covers the one-shot kernel variants the communicator launches: the decode-size kernels (packets +
+  // flag at 4 and 8 ranks, LL at 2) and the bulk-only kernel (parts of more packets than a CTA has threads). The
+  // all-purpose kernel serves the in-kernel API (examples/01_user_kernel.cu runs it).
+  const std::set<kernel::reduce_path> sweep_paths = {kernel::reduce_path::small, kernel::reduce_path::small_ll,
+                                                     kernel::reduce_path::bulk};
   TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: fp32") {
+    paths_seen.clear();
     for (int n : {2, 4, 8}) sweep<float>(n, sizes_f32);
+    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
   }
   TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: fp16") {
+    paths_seen.clear();
     for (int n : {2, 4, 8}) sweep<__half>(n, sizes_16);
+    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
   }
   TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: bf16") {
+    paths_seen.clear();
     for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, sizes_16);
+    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
   }
 }
 

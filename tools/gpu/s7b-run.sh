@@ -10,6 +10,10 @@ export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=$root/.deps/bin
 step gpu-tests-collectives 150 $B/test_gpu_collectives
 step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
+step example-01 60 $B/01_user_kernel
+say "$(tail -3 "$OUT/example-01.log")"
+step example-02 60 $B/02_tp_mlp_decode
+say "$(tail -3 "$OUT/example-02.log")"
 dec='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1'
 gpu_bench decode $B/rocenante-bench-gpu "$dec|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:16/threads:256/pdl:1|floor/empty/ranks:4/ctas:16/pdl:1" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 gpu_bench decode-allpurpose $B/rocenante-bench-gpu-allpurpose "$dec" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
