@@ -38,6 +38,12 @@ inline constexpr int source_group = ROCENANTE_DEVICE_PASS ? 4 : 1;
 
 /// Part `part` of `parts` over `total` items: contiguous, in order, sizes differ by at most one.
 ROCENANTE_HOST_DEVICE constexpr range split(std::uint64_t total, std::uint32_t parts, std::uint32_t part) {
+  if (total <= 0xffffffffu) {  // every call below 64 GiB: a 32-bit division (a 64-bit one is a long subroutine on
+                               // a GPU, and the first load of a collective waits for this range)
+    const std::uint32_t t = static_cast<std::uint32_t>(total), b = t / parts, x = t % parts;
+    const std::uint64_t begin = std::uint64_t{part} * b + (part < x ? part : x);
+    return {begin, begin + b + (part < x ? 1 : 0)};
+  }
   const std::uint64_t base = total / parts, extra = total % parts;
   const std::uint64_t begin = part * base + (part < extra ? part : extra);
   return {begin, begin + base + (part < extra ? 1 : 0)};

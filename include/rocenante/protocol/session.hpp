@@ -226,12 +226,14 @@ class session {
   /// Every team thread calls, after its last access to slot memory of this collective. The part advances the
   /// epoch entries it is responsible for (rank_state::seq): p, p + parts, ... below the layout's max_parts.
   /// A failed part never calls finish (the rank is poisoned and every later call is a no-op).
+  /// The barrier comes after the stores: a team that runs this part again in the same kernel (two calls of the
+  /// in-kernel API) must read the advanced entry in every thread's enter(), not the old one in some.
   ROCENANTE_HOST_DEVICE void finish(std::uint32_t parts) {
-    team_.sync();
     const std::uint32_t limit = h_.layout().max_parts;
     for (std::uint32_t p = part_ + static_cast<std::uint32_t>(team_.thread()) * parts; p < limit;
          p += static_cast<std::uint32_t>(team_.size()) * parts)
       detail::store_relaxed<std::uint32_t, state_scope>(&state_->seq[p], seq_ + 1u);  // wraps at 2^32 by design
+    team_.sync();
   }
 
   /// A rank that rejects a call (bad input seen only here, or any local refusal) still takes its place in the
