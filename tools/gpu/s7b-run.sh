@@ -18,6 +18,7 @@ dec='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1'
 gpu_bench decode $B/rocenante-bench-gpu "$dec|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:16/threads:256/pdl:1|floor/empty/ranks:4/ctas:16/pdl:1" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 gpu_bench decode-allpurpose $B/rocenante-bench-gpu-allpurpose "$dec" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 gpu_bench decode-t512 $B/rocenante-bench-gpu-t512 "$dec" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
+gpu_bench decode-16ctas $B/rocenante-bench-gpu 'all_reduce/one_shot/loopback/bf16/bytes:49152/ranks:4/graph:1' ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1 ROCENANTE_BENCH_MIN_PART=3072
 gpu_bench decode-again $B/rocenante-bench-gpu "$dec" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 gpu_bench large $B/rocenante-bench-gpu 'all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|67108864)/ranks:4/graph:1|copy'
 { timeout 60 $B/rocenante-trace-phases 49152 4 16; } >"$OUT/trace.log" 2>&1
