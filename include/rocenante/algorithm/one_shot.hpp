@@ -70,69 +70,15 @@ struct one_shot {
     if constexpr (has_ll<typename Session::handle_type>)
       if (uses_ll<R>(s.handle().layout(), s.handle().ranks(), count, parts, s.team().size()))
         return all_reduce_ll<R>(s, in, out, count, parts, epi);
+    // At most one packet per thread in this part (decode-size messages): the decode-size code (the same bytes
+    // and the same protocol, so parts and ranks may differ in which code runs a part).
+    if (split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part()).size() <= static_cast<std::uint64_t>(s.team().size()))
+      return all_reduce_small<R, false>(s, in, out, count, parts, epi);
 #endif
     if (!stage_and_exchange<R>(s, in, count, parts)) return false;
     s.trace(4);
-    auto& team = s.team();
-    auto& h = s.handle();
-    const int n = h.ranks(), r = h.rank();
-    const std::uint64_t stride = source_stride<R>(h.layout(), count);
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
-    const std::uint64_t step = static_cast<std::uint64_t>(team.size());
-    // A 16-byte aligned input of whole packets (the same answer for every thread of the call) is read like a
-    // source region: each source is then one plain load from a selected address, with no branch between the
-    // loads, so all of them are in flight together (with a branch per source, load_user's, they were issued
-    // one after another: ~250 ns per source in the reduce of a 48 KiB call, measured by the phase tracer).
-    const bool plain_input = is_plain_input<R>(in, count);
-    if (pr.size() <= step) {
-      // At most one packet per thread (decode-size messages): load the packet of every source at once, so the
-      // reduce costs one memory latency instead of one per rank, then sum in rank order as below.
-      const std::uint64_t i = pr.begin + team.thread();
-      if (i < pr.end) {
-        constexpr int group = 8;  // sources loaded together: one memory latency up to 8 ranks
-        reduce::accum_packet<R> acc{};
-        ROCENANTE_UNROLL
-        for (int q0 = 0; q0 < max_ranks; q0 += group) {
-          if (q0 >= n) break;
-          reduce::value_packet<R> v[group];
-          if (plain_input) {
-            const std::byte* p[group];
-            ROCENANTE_UNROLL
-            for (int g = 0; g < group; ++g) {
-              const int q = q0 + g;
-              p[g] = q == r ? reinterpret_cast<const std::byte*>(in) + i * packet_bytes
-                            : h.recv_ptr(s.slot(), q * stride + i * packet_bytes);
-            }
-            ROCENANTE_UNROLL
-            for (int g = 0; g < group; ++g)
-              if (q0 + g < n) v[g] = reduce::load_packet_issue<R>(p[g]);
-          } else {
-            ROCENANTE_UNROLL
-            for (int g = 0; g < group; ++g) {
-              const int q = q0 + g;
-              if (q < n)
-                v[g] = q == r ? reduce::load_user<R>(in, i, count)
-                              : reduce::load_packet<R>(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
-            }
-          }
-          ROCENANTE_UNROLL
-          for (int g = 0; g < group; ++g) {
-            if (q0 + g >= n) break;
-            if (q0 + g == 0)
-              acc = reduce::widen<R>(v[g]);
-            else
-              reduce::accumulate<R>(acc, v[g]);
-          }
-        }
-        epi(i * reduce::lanes<R>, acc);
-        reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
-      }
-      s.trace(5);
-      s.finish(parts);
-      s.trace(6);
-      return true;
-    }
-    reduce_bulk<R, false>(s, in, out, count, pr, plain_input, epi);
+    reduce_bulk<R, false>(s, in, out, count, pr, is_plain_input<R>(in, count), epi);
     s.finish(parts);
     return true;
   }
@@ -163,16 +109,15 @@ struct one_shot {
   /// kept in registers from the load to the sum): docs/results/h200-2026-12-04 has the measurements.
   /// LL: the caller decided (every rank alike) that the call takes the LL path (uses_ll, with a handle that has an
   /// LL area); the kernel then compiles only that path.
-  template <reduce::reduction R, bool LL, class Session, class Epilogue = no_epilogue>
-  ROCENANTE_HOST_DEVICE static bool all_reduce_small(Session& s, const typename R::value_type* in,
-                                                     typename R::value_type* out, std::uint64_t count,
-                                                     std::uint32_t parts, const Epilogue& epi = {}) {
 #if ROCENANTE_DEVICE_PASS
+  template <reduce::reduction R, bool LL, class Session, class Epilogue = no_epilogue>
+  ROCENANTE_DEVICE static bool all_reduce_small(Session& s, const typename R::value_type* in,
+                                                typename R::value_type* out, std::uint64_t count,
+                                                std::uint32_t parts, const Epilogue& epi = {}) {
     if constexpr (LL) {
       if constexpr (has_ll<typename Session::handle_type>) return all_reduce_ll<R>(s, in, out, count, parts, epi);
       return false;
     }
-#endif
     using handle_t = typename Session::handle_type;
     auto& team = s.team();
     auto& h = s.handle();
@@ -199,26 +144,38 @@ struct one_shot {
     if (!signal_and_wait(s, base, pr)) return false;
     s.trace(4);
     if (mine) {
-      constexpr int group = 8;  // sources loaded together: one memory latency up to 8 ranks
+      // Sources loaded together, one memory latency up to 8 ranks: every load of a group is issued before the
+      // first use of any, with no branch between them (a branch per source, or unpacking each packet as it
+      // arrives, made the warp wait for each load in turn: 1152 ns for this phase at 4 ranks in the phase trace
+      // of s7b, about one round trip per peer). A source past the last rank, or this rank's own (kept in
+      // registers since the staging), loads this rank's own region of the window instead — a valid address
+      // whose value is not used.
+      constexpr int group = 8;
       reduce::accum_packet<R> acc{};
+      const uint4 own_raw = *reinterpret_cast<const uint4*>(&own);
       ROCENANTE_UNROLL
       for (int q0 = 0; q0 < max_ranks; q0 += group) {
         if (q0 >= n) break;
-        reduce::value_packet<R> v[group];
+        uint4 raw[group];
         ROCENANTE_UNROLL
         for (int g = 0; g < group; ++g) {
-          if (q0 + g == r)
-            v[g] = own;
-          else if (q0 + g < n)
-            v[g] = reduce::load_packet_issue<R>(h.recv_ptr(s.slot(), (q0 + g) * stride + i * packet_bytes));
+          const int q = q0 + g < n ? q0 + g : r;
+          raw[g] = reduce::load_raw_issue(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
         }
+        // No branch here either (a `break` at the last rank let the compiler sink each load behind it): every
+        // slot of the group is summed and the sum kept only for real sources (a select, so the bytes are those
+        // of summing ranks 0..n-1 in order).
         ROCENANTE_UNROLL
         for (int g = 0; g < group; ++g) {
-          if (q0 + g >= n) break;
-          if (q0 + g == 0)
-            acc = reduce::widen<R>(v[g]);
-          else
-            reduce::accumulate<R>(acc, v[g]);
+          const uint4 w = q0 + g == r ? own_raw : raw[g];
+          const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&w);
+          if (q0 + g == 0) {
+            acc = reduce::widen<R>(x);
+          } else {
+            reduce::accum_packet<R> t = acc;
+            reduce::accumulate<R>(t, x);
+            if (q0 + g < n) acc = t;
+          }
         }
       }
       epi(i * reduce::lanes<R>, acc);
@@ -229,6 +186,7 @@ struct one_shot {
     s.trace(6);
     return true;
   }
+#endif
 
   /// A 16-byte aligned input of whole packets (one answer for the whole call): the reduce reads it like a source
   /// region, one plain load per packet.

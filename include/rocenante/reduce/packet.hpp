@@ -50,6 +50,16 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_packet(const vo
 
 /// load_packet as one `ld.global.v4` that the compiler keeps in program order with the other loads issued this
 /// way: a run of them is in flight together (one memory latency), however the uses are scheduled.
+#if ROCENANTE_DEVICE_PASS
+/// One 16-byte load issued now, its bits kept as four words until used (unpacking into elements at once would
+/// make the thread wait for the load there; see one_shot::all_reduce_small).
+ROCENANTE_DEVICE ROCENANTE_FORCEINLINE uint4 load_raw_issue(const void* p) {
+  uint4 u;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p) : "memory");
+  return u;
+}
+#endif
+
 template <reduction R>
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_packet_issue(const void* p) {
 #if ROCENANTE_DEVICE_PASS
