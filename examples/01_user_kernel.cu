@@ -124,6 +124,10 @@ int main() {
       const auto ctx = comm.device_context();
       user_kernel<algorithm::one_shot, handle><<<parts, kernel::threads_per_block, 0, s>>>(ctx, in, out, count, epi, part_ok);
       CHECK_CUDA(cudaGetLastError());
+      // Ranks sharing a GPU: every rank submits collective s before any submits s + 1 (docs/api.md, harness
+      // rule). Without this barrier a rank's ring kernel could sit in a shared hardware queue ahead of a peer's
+      // one-shot kernel that its own one-shot waits for (the H200 showed it: rank 3 late at sequence 1, s7b-3b87ba1).
+      boot.barrier();
       user_kernel<algorithm::ring, handle><<<parts, kernel::threads_per_block, 0, s>>>(ctx, in, out + count, count, epi,
                                                                                        part_ok + parts);
       CHECK_CUDA(cudaGetLastError());
