@@ -427,13 +427,15 @@ struct one_shot {
         const std::uint64_t start = rocenante::detail::now_ns();
         std::uint64_t polls = 0;
         while (pending) {
+          // Every line of the group loaded on every poll, with no branch between the loads, so that one poll
+          // costs one memory latency however many sources are pending (a slot past the last rank, or this
+          // rank's own, loads a line of source q0: a valid address whose value is not used).
           ROCENANTE_UNROLL
-          for (int g = 0; g < group; ++g)
-            if (pending >> g & 1u) {
-              const std::byte* p = h.ll_recv_ptr(slot, (q0 + g) * stride + i * 2 * packet_bytes);
-              a[g] = ll_load(p);
-              b[g] = ll_load(p + packet_bytes);
-            }
+          for (int g = 0; g < group; ++g) {
+            const std::byte* p = h.ll_recv_ptr(slot, (q0 + g < n ? q0 + g : q0) * stride + i * 2 * packet_bytes);
+            a[g] = ll_load(p);
+            b[g] = ll_load(p + packet_bytes);
+          }
           int late = -1;
           std::uint32_t other = 0;
           ROCENANTE_UNROLL
