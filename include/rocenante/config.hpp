@@ -58,6 +58,8 @@ inline constexpr std::uint64_t ll_max_bytes = 64 * 1024;
 /// 3.55 us vs 4.43 / 3.83 us (faster); 4 ranks 5.31 / 4.66 us vs 5.05 / 4.15 us and 8 ranks 8.63 us vs 6.28 us
 /// (slower: each thread polls 2(n-1) lines and the LL bytes double, against one flag per peer per CTA). With more
 /// CTAs per rank (s5e-0f5442b, programmatic launch on) LL at 4 ranks: 48 KiB 4.46 us vs 4.24 us, 8 KiB 3.96 vs 4.15 us.
+/// With the decode-size kernel and every poll's loads issued together (s7c-6003473): 4 ranks 4.39 vs 3.60 us at
+/// 48 KiB, 4.09 vs 3.45 us at 8 KiB — still slower.
 /// ROCENANTE_LL_MAX_RANKS overrides it for tuning experiments (tools/gpu/s5e-run.sh), on the compiler's command
 /// line (one value per program). It selects the protocol: ranks built with different values fail each call
 /// that one takes on the LL path and the other not, with status::mismatch (protocol::ll_word_signature).
