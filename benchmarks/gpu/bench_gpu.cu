@@ -15,6 +15,8 @@
 #include <rocenante/gpu/communicator.hpp>
 #include <rocenante/host/spawn.hpp>
 
+#include "floor.cuh"
+
 #include <cstdio>
 #include <memory>
 #include <type_traits>
@@ -179,154 +181,29 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
   }
 }
 
-// --- Floors: what the structure of a graph-launched collective costs on this GPU, side by side with the library.
-// floor/empty: a kernel of the collective's grid and block that does nothing but the programmatic-launch entry,
-// K per rank stream; floor/one_shot_minimal: the least one-shot all-reduce this transport allows (bf16, no
-// timeouts, no poisoning, no call signature, no epilogue, one part per CTA): load input and the epoch | store into
-// every peer's slot | barrier | release flag to each peer | acquire peers' flags | barrier | load the peers' packets,
-// sum in fp32 in rank order | store | epoch + 1. It is a measuring stick, never a product path: the library's
-// kernel must answer for every microsecond it costs above it. Results are checked after timing (a wrong sum skips
-// the row with an error).
-
-constexpr int floor_max_ranks = 8;
-constexpr unsigned floor_max_parts = 64;
-constexpr unsigned floor_cap_packets = 4096;  // 64 KiB per source and slot
-
-struct floor_peers {
-  uint4* win[floor_max_ranks];                 // [slot 2][source floor_max_ranks][floor_cap_packets]
-  unsigned long long* flag[floor_max_ranks];   // [slot 2][part floor_max_parts][source floor_max_ranks]
-};
-
-__device__ __forceinline__ void floor_entry(bool pdl) {
-  if (pdl) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
-}
-
-__global__ void floor_empty(bool pdl) { floor_entry(pdl); }
-
-template <int N>
-__global__ void __launch_bounds__(512, 1)
-    floor_one_shot_minimal(floor_peers ps, int rank, const uint4* in, uint4* out, unsigned* epoch, unsigned packets,
-                           bool pdl, unsigned* failed) {
-  floor_entry(pdl);
-  const unsigned part = blockIdx.x, per = (packets + gridDim.x - 1) / gridDim.x;
-  const unsigned i = part * per + threadIdx.x;
-  const bool mine = threadIdx.x < per && i < packets;
-  uint4 v{};
-  if (mine) v = in[i];
-  unsigned seq;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seq) : "l"(epoch + part) : "memory");
-  const unsigned slot = seq & 1u;
-  const unsigned long long f = seq + 1ull;
-  if (mine)
-#pragma unroll
-    for (int q = 0; q < N; ++q)
-      if (q != rank) ps.win[q][(slot * floor_max_ranks + rank) * floor_cap_packets + i] = v;
-  __syncthreads();
-  const int t = static_cast<int>(threadIdx.x);
-  if (t < N && t != rank) {
-    unsigned long long* to = ps.flag[t] + (slot * floor_max_parts + part) * floor_max_ranks + rank;
-    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(to), "l"(f) : "memory");
-    const unsigned long long* mine_flag = ps.flag[rank] + (slot * floor_max_parts + part) * floor_max_ranks + t;
-    unsigned long long seen = 0;
-    for (unsigned polls = 0;; ++polls) {
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(mine_flag) : "memory");
-      if (seen == f) break;
-      if (polls > (1u << 26)) {  // a bound, so that a broken run ends (and is reported) instead of hanging
-        atomicAdd(failed, 1u);
-        break;
-      }
-    }
-  }
-  __syncthreads();
-  if (mine) {
-    uint4 w[N];
-#pragma unroll
-    for (int q = 0; q < N; ++q)
-      w[q] = q == rank ? v : ps.win[rank][(slot * floor_max_ranks + q) * floor_cap_packets + i];
-    float acc[8] = {};
-#pragma unroll
-    for (int q = 0; q < N; ++q) {
-      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&w[q]);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float2 x = __bfloat1622float2(b[k]);
-        acc[2 * k] += x.x;
-        acc[2 * k + 1] += x.y;
-      }
-    }
-    uint4 o;
-    __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) ob[k] = __floats2bfloat162_rn(acc[2 * k], acc[2 * k + 1]);
-    out[i] = o;
-  }
-  if (t == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(epoch + part), "r"(seq + 1u) : "memory");
-}
-
-__global__ void floor_fill(__nv_bfloat16* p, unsigned count, float value) {
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) p[i] = __float2bfloat16(value);
-}
-
-/// The minimal kernel's windows, flags and epochs (one set per rank world), zeroed once.
-struct floor_world {
-  floor_peers ps{};
-  std::vector<unsigned*> epoch;
-  unsigned* failed = nullptr;
-  explicit floor_world(int n) : epoch(n) {
-    for (int r = 0; r < n; ++r) {
-      cudaMalloc(&ps.win[r], sizeof(uint4) * 2 * floor_max_ranks * floor_cap_packets);
-      cudaMalloc(&ps.flag[r], sizeof(unsigned long long) * 2 * floor_max_parts * floor_max_ranks);
-      cudaMemset(ps.flag[r], 0, sizeof(unsigned long long) * 2 * floor_max_parts * floor_max_ranks);
-      cudaMalloc(&epoch[r], sizeof(unsigned) * floor_max_parts);
-      cudaMemset(epoch[r], 0, sizeof(unsigned) * floor_max_parts);
-    }
-    cudaMalloc(&failed, sizeof(unsigned));
-    cudaMemset(failed, 0, sizeof(unsigned));
-  }
-};
-
-template <class... Params, class... Args>
-bool floor_launch(void (*fn)(Params...), unsigned grid, unsigned block, cudaStream_t stream, bool pdl, Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1]{};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, fn, args...) == cudaSuccess;
-}
+// --- Floors (benchmarks/gpu/floor.cuh): measuring sticks beside the library's rows in the same run. floor/empty: a
+// kernel of the collective's grid that does nothing, K per rank stream; floor/one_shot_minimal: the least one-shot
+// all-reduce on direct windows. The library's kernel must answer for every microsecond it costs above them. Results
+// are checked after timing (a wrong sum skips the row with an error).
 
 /// kind 0: floor/empty; kind 1: floor/one_shot_minimal (bf16, `bytes` per rank).
 void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, unsigned ctas, unsigned threads, bool pdl) {
   auto& w = get_world<transport::cuda_loopback>(n);
-  static std::unique_ptr<floor_world> fws[floor_max_ranks + 1];
-  if (!fws[n]) fws[n] = std::make_unique<floor_world>(n);
+  static std::unique_ptr<floor_bench::world> fws[floor_bench::max_ranks + 1];
+  if (!fws[n]) fws[n] = std::make_unique<floor_bench::world>(n);
   auto& fw = *fws[n];
   const unsigned packets = static_cast<unsigned>(bytes / sizeof(uint4));
   if (kind == 1) {
-    if ((packets + ctas - 1) / ctas > threads || packets > floor_cap_packets || ctas > floor_max_parts) {
+    if ((packets + ctas - 1) / ctas > threads || packets > floor_bench::cap_packets || ctas > floor_bench::max_parts) {
       state.SkipWithError("shape out of the minimal kernel's range");
       return;
     }
-    for (int r = 0; r < n; ++r) floor_fill<<<64, 256>>>(static_cast<__nv_bfloat16*>(w.in[r]), packets * 8, 0.25f * (r + 1));
+    for (int r = 0; r < n; ++r) floor_bench::fill<<<64, 256>>>(static_cast<__nv_bfloat16*>(w.in[r]), packets * 8, 0.25f * (r + 1));
     cudaDeviceSynchronize();
   }
   time_launches(state, w, true, [&](int r) {
-    if (kind == 0) return floor_launch(floor_empty, ctas, threads, w.streams[r], pdl, pdl);
-    const uint4* in = static_cast<const uint4*>(w.in[r]);
-    uint4* out = static_cast<uint4*>(w.out[r]);
-    switch (n) {
-      case 2: return floor_launch(floor_one_shot_minimal<2>, ctas, threads, w.streams[r], pdl, fw.ps, r, in, out, fw.epoch[r], packets, pdl, fw.failed);
-      case 4: return floor_launch(floor_one_shot_minimal<4>, ctas, threads, w.streams[r], pdl, fw.ps, r, in, out, fw.epoch[r], packets, pdl, fw.failed);
-      case 8: return floor_launch(floor_one_shot_minimal<8>, ctas, threads, w.streams[r], pdl, fw.ps, r, in, out, fw.epoch[r], packets, pdl, fw.failed);
-    }
-    return false;
+    if (kind == 0) return floor_bench::launch(floor_bench::empty_kernel, ctas, threads, w.streams[r], pdl, pdl);
+    return floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, false);
   });
   if (kind == 1) {
     unsigned failed = 0;

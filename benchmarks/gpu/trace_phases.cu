@@ -10,7 +10,8 @@
 //
 // and the gap from the end of one collective to the start of the next on the same rank (launch + drain). A
 // diagnostic, not a benchmark: the stamps add a few stores to the measured kernel. Prints medians over ranks and
-// the last 64 collectives, with and without programmatic dependent launch.
+// the last 64 collectives, with and without programmatic dependent launch; then the same for the floor kernel of
+// benchmarks/gpu/floor.cuh (the least one-shot) with programmatic launch.
 //
 // usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16] [capacity_bytes=67108864]
 // (ROCENANTE_BENCH_MIN_PART=<bytes> sets options::min_part_bytes, the input per CTA)
@@ -19,6 +20,8 @@
 
 #include <rocenante/gpu/communicator.hpp>
 #include <rocenante/host/spawn.hpp>
+
+#include "floor.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -137,6 +140,96 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   return 0;
 }
 
+/// The same table for floor_bench::one_shot_minimal (benchmarks/gpu/floor.cuh: the least one-shot on direct
+/// windows, no timeouts, poisoning or signatures) at the same size and ranks, 16 CTAs of 256 threads, so that each
+/// phase of the library's kernel has a floor beside it.
+int run_floor(std::size_t bytes, int n, bool pdl) {
+  constexpr int per_graph = 50, replays = 40;
+  constexpr unsigned ctas = 16, threads = 256;
+  const unsigned packets = static_cast<unsigned>(bytes / 16);
+  if (n != 2 && n != 4 && n != 8) return 0;
+  if ((packets + ctas - 1) / ctas > threads || packets > floor_bench::cap_packets) {
+    std::printf("\nfloor: %zu bytes is outside the minimal kernel's range\n", bytes);
+    return 0;
+  }
+  floor_bench::world fw(n);
+  std::vector<cudaStream_t> streams(n);
+  std::vector<cudaEvent_t> done(n);
+  std::vector<void*> in(n), out(n);
+  cudaStream_t master;
+  cudaEvent_t fork, e0, e1;
+  cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
+  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int r = 0; r < n; ++r) {
+    cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
+    cudaMalloc(&in[r], bytes);
+    cudaMalloc(&out[r], bytes);
+    cudaMemset(in[r], 0, bytes);
+  }
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  cudaStreamBeginCapture(master, cudaStreamCaptureModeThreadLocal);
+  cudaEventRecord(fork, master);
+  for (int r = 0; r < n; ++r) {
+    cudaStreamWaitEvent(streams[r], fork, 0);
+    for (int k = 0; k < per_graph; ++k)
+      if (!floor_bench::launch_minimal(fw, n, r, in[r], out[r], packets, ctas, threads, streams[r], pdl, true)) {
+        std::printf("floor launch failed\n");
+        return 1;
+      }
+    cudaEventRecord(done[r], streams[r]);
+    cudaStreamWaitEvent(master, done[r], 0);
+  }
+  if (cudaStreamEndCapture(master, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) {
+    std::printf("floor graph capture failed\n");
+    return 1;
+  }
+  float total_ms = 0;
+  for (int i = 0; i < replays; ++i) {
+    cudaEventRecord(e0, master);
+    cudaGraphLaunch(exec, master);
+    cudaEventRecord(e1, master);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= replays / 2) total_ms += ms;
+  }
+  unsigned failed = 0;
+  cudaMemcpy(&failed, fw.failed, sizeof failed, cudaMemcpyDeviceToHost);
+  if (failed != 0) {
+    std::printf("floor: %u waits ran past their bound\n", failed);
+    return 1;
+  }
+  std::vector<double> d_ns[7], gap_ns, whole_ns;
+  const unsigned next = static_cast<unsigned>(replays) * per_graph;  // epoch after the last collective
+  for (int r = 0; r < n; ++r) {
+    std::vector<unsigned long long> tr(floor_bench::trace_slots * 7);
+    cudaMemcpy(tr.data(), fw.trace[r], tr.size() * sizeof(tr[0]), cudaMemcpyDeviceToHost);
+    for (unsigned s = next - 63; s != next; ++s) {
+      const unsigned long long* t = &tr[(s % floor_bench::trace_slots) * 7];
+      const unsigned long long* p = &tr[((s - 1) % floor_bench::trace_slots) * 7];
+      for (int k = 1; k < 7; ++k) d_ns[k].push_back(double(t[k] - t[k - 1]));
+      whole_ns.push_back(double(t[6] - t[0]));
+      if (s % per_graph != 0) gap_ns.push_back(double(t[0]) - double(p[6]));
+    }
+  }
+  static const char* names[7] = {"", "epoch read", "stage stores + barrier", "signal (release flag)",
+                                 "wait for peers + barrier", "reduce + store", "finish (epoch)"};
+  std::printf("\nfloor (benchmarks/gpu/floor.cuh, the least one-shot), %zu bytes, %d ranks, %u CTAs of %u threads, graph of %d "
+              "per rank, programmatic launch %s\n", bytes, n, ctas, threads, per_graph, pdl ? "on" : "off");
+  std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, total_ms * 1e3 / (replays / 2) / per_graph);
+  for (int k = 1; k < 7; ++k) std::printf("  %-28s %21s   globaltimer %6.0f ns\n", names[k], "", median(d_ns[k]));
+  std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "enter -> end", "", median(whole_ns));
+  std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "end -> next enter (gap)", "", median(gap_ns));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  for (int r = 0; r < n; ++r) cudaFree(in[r]), cudaFree(out[r]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,5 +245,6 @@ int main(int argc, char** argv) {
   const std::size_t cap = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : std::size_t{64} << 20;
   int rc = run(bytes, n, parts, cap, false);
   rc |= run(bytes, n, parts, cap, true);
+  rc |= run_floor(bytes, n, true);
   return rc;
 }

@@ -1,0 +1,181 @@
+// floor.cuh — measuring sticks for the GPU benchmarks (not product code): what the structure of a graph-launched
+// collective costs on this GPU, to set beside the library's kernels in the same run.
+//
+//   floor_empty            a kernel of the collective's grid and block that does nothing but the
+//                          programmatic-launch entry
+//   floor_one_shot_minimal the least one-shot all-reduce on directly written windows (bf16, one part per CTA):
+//                          load input and the epoch | store into every peer's slot | barrier | release flag to each
+//                          peer | acquire peers' flags | barrier | load every source, sum in fp32 in rank order |
+//                          store | epoch + 1. No timeouts beyond a poll bound that reports a broken run, no
+//                          poisoning, no call signature, no epilogue.
+//
+// With a trace buffer, thread 0 of part 0 stamps %globaltimer at the points the library's phase tracer uses
+// (protocol/session.hpp: 0 enter, 1 epoch read, 2 stored + barrier, 3 flags published, 4 peers seen + barrier,
+// 5 reduced and stored, 6 epoch advanced), trace_slots collectives deep: benchmarks/gpu/trace_phases.cu prints them
+// beside the library's phases.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <vector>
+
+namespace floor_bench {
+
+constexpr int max_ranks = 8;
+constexpr unsigned max_parts = 64;
+constexpr unsigned cap_packets = 4096;  // 64 KiB per source and slot
+constexpr unsigned trace_slots = 64;
+
+struct peers {
+  uint4* win[max_ranks];                // [slot 2][source max_ranks][cap_packets]
+  unsigned long long* flag[max_ranks];  // [slot 2][part max_parts][source max_ranks]
+};
+
+__device__ __forceinline__ void entry(bool pdl) {
+  if (pdl) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
+}
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void empty_kernel(bool pdl) { entry(pdl); }
+
+/// trace: nullptr, or [trace_slots][7] stamps of this rank.
+template <int N>
+__global__ void __launch_bounds__(512, 1)
+    one_shot_minimal(peers ps, int rank, const uint4* in, uint4* out, unsigned* epoch, unsigned packets, bool pdl,
+                     unsigned* failed, unsigned long long* trace) {
+  entry(pdl);
+  const unsigned part = blockIdx.x, per = (packets + gridDim.x - 1) / gridDim.x;
+  const unsigned i = part * per + threadIdx.x;
+  const bool mine = threadIdx.x < per && i < packets;
+  const int t = static_cast<int>(threadIdx.x);
+  const bool stamps = trace != nullptr && part == 0 && t == 0;
+  unsigned long long st[7];
+  if (stamps) st[0] = now_ns();
+  uint4 v{};
+  if (mine) v = in[i];
+  unsigned seq;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seq) : "l"(epoch + part) : "memory");
+  const unsigned slot = seq & 1u;
+  const unsigned long long f = seq + 1ull;
+  if (stamps) {  // after the epoch arrived: an instruction that reads it stalls the warp until then (in-order issue)
+    unsigned z;
+    asm volatile("and.b32 %0, %1, 0;" : "=r"(z) : "r"(seq));
+    st[1] = now_ns() + z;
+  }
+  if (mine)
+#pragma unroll
+    for (int q = 0; q < N; ++q)
+      if (q != rank) ps.win[q][(slot * max_ranks + rank) * cap_packets + i] = v;
+  __syncthreads();
+  if (stamps) st[2] = now_ns();
+  if (t < N && t != rank) {
+    unsigned long long* to = ps.flag[t] + (slot * max_parts + part) * max_ranks + rank;
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(to), "l"(f) : "memory");
+  }
+  if (stamps) st[3] = now_ns();
+  if (t < N && t != rank) {
+    const unsigned long long* mine_flag = ps.flag[rank] + (slot * max_parts + part) * max_ranks + t;
+    unsigned long long seen = 0;
+    for (unsigned polls = 0;; ++polls) {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(mine_flag) : "memory");
+      if (seen == f) break;
+      if (polls > (1u << 26)) {  // a bound, so that a broken run ends (and is reported) instead of hanging
+        atomicAdd(failed, 1u);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (stamps) st[4] = now_ns();
+  if (mine) {
+    uint4 w[N];
+#pragma unroll
+    for (int q = 0; q < N; ++q) w[q] = q == rank ? v : ps.win[rank][(slot * max_ranks + q) * cap_packets + i];
+    float acc[8] = {};
+#pragma unroll
+    for (int q = 0; q < N; ++q) {
+      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&w[q]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 x = __bfloat1622float2(b[k]);
+        acc[2 * k] += x.x;
+        acc[2 * k + 1] += x.y;
+      }
+    }
+    uint4 o;
+    __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) ob[k] = __floats2bfloat162_rn(acc[2 * k], acc[2 * k + 1]);
+    out[i] = o;
+  }
+  if (stamps) st[5] = now_ns();
+  if (t == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(epoch + part), "r"(seq + 1u) : "memory");
+  if (stamps) {
+    st[6] = now_ns();
+    for (int k = 0; k < 7; ++k) trace[(seq % trace_slots) * 7 + k] = st[k];
+  }
+}
+
+__global__ void fill(__nv_bfloat16* p, unsigned count, float value) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) p[i] = __float2bfloat16(value);
+}
+
+/// The minimal kernel's windows, flags, epochs and traces for n ranks, zeroed once.
+struct world {
+  peers ps{};
+  std::vector<unsigned*> epoch;
+  std::vector<unsigned long long*> trace;
+  unsigned* failed = nullptr;
+  explicit world(int n) : epoch(n), trace(n) {
+    for (int r = 0; r < n; ++r) {
+      cudaMalloc(&ps.win[r], sizeof(uint4) * 2 * max_ranks * cap_packets);
+      cudaMalloc(&ps.flag[r], sizeof(unsigned long long) * 2 * max_parts * max_ranks);
+      cudaMemset(ps.flag[r], 0, sizeof(unsigned long long) * 2 * max_parts * max_ranks);
+      cudaMalloc(&epoch[r], sizeof(unsigned) * max_parts);
+      cudaMemset(epoch[r], 0, sizeof(unsigned) * max_parts);
+      cudaMalloc(&trace[r], sizeof(unsigned long long) * trace_slots * 7);
+      cudaMemset(trace[r], 0, sizeof(unsigned long long) * trace_slots * 7);
+    }
+    cudaMalloc(&failed, sizeof(unsigned));
+    cudaMemset(failed, 0, sizeof(unsigned));
+  }
+};
+
+template <class... Params, class... Args>
+bool launch(void (*fn)(Params...), unsigned grid, unsigned block, cudaStream_t stream, bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1]{};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, fn, args...) == cudaSuccess;
+}
+
+/// One minimal one-shot of rank r (n ranks: 2, 4 or 8) on `stream`; `traced` records the stamps.
+inline bool launch_minimal(world& w, int n, int r, const void* in, void* out, unsigned packets, unsigned ctas,
+                           unsigned threads, cudaStream_t stream, bool pdl, bool traced) {
+  const uint4* i = static_cast<const uint4*>(in);
+  uint4* o = static_cast<uint4*>(out);
+  unsigned long long* tr = traced ? w.trace[r] : nullptr;
+  switch (n) {
+    case 2: return launch(one_shot_minimal<2>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+    case 4: return launch(one_shot_minimal<4>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+    case 8: return launch(one_shot_minimal<8>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+  }
+  return false;
+}
+
+}  // namespace floor_bench
