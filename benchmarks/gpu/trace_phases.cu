@@ -40,6 +40,67 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// One stream, input and output per rank, and a graph that holds every rank's `per_graph` launches (captured from
+/// a master stream, forked and joined, as benchmarks/gpu/bench_gpu.cu does); replay() returns the time per
+/// collective (us, mean of the second half of `replays` launches), or a negative value if a launch or the capture
+/// failed.
+struct graph_world {
+  int n;
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> done;
+  std::vector<void*> in, out;
+  cudaStream_t master{};
+  cudaEvent_t fork{}, e0{}, e1{};
+  graph_world(int ranks, std::size_t bytes) : n(ranks), streams(ranks), done(ranks), in(ranks), out(ranks) {
+    cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int r = 0; r < n; ++r) {
+      cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
+      cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
+      cudaMalloc(&in[r], bytes);
+      cudaMalloc(&out[r], bytes);
+      cudaMemset(in[r], 0, bytes);
+    }
+  }
+  ~graph_world() {
+    for (int r = 0; r < n; ++r) cudaFree(in[r]), cudaFree(out[r]);
+  }
+  /// launch(r) puts one collective of rank r on streams[r]; false: it failed (the message is printed by it).
+  template <class Launch>
+  double replay(int per_graph, int replays, Launch&& launch) {
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    cudaStreamBeginCapture(master, cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(fork, master);
+    bool ok = true;
+    for (int r = 0; r < n; ++r) {
+      cudaStreamWaitEvent(streams[r], fork, 0);
+      for (int k = 0; k < per_graph && ok; ++k) ok = launch(r);
+      cudaEventRecord(done[r], streams[r]);
+      cudaStreamWaitEvent(master, done[r], 0);
+    }
+    if (cudaStreamEndCapture(master, &g) != cudaSuccess || !ok || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) {
+      std::printf("graph capture failed\n");
+      return -1;
+    }
+    float total_ms = 0;
+    for (int i = 0; i < replays; ++i) {
+      cudaEventRecord(e0, master);
+      cudaGraphLaunch(exec, master);
+      cudaEventRecord(e1, master);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (i >= replays / 2) total_ms += ms;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    return total_ms * 1e3 / (replays / 2) / per_graph;
+  }
+};
+
 int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity, bool pdl) {
   constexpr int per_graph = 50, replays = 40;
   options o = gpu::default_options();
@@ -51,53 +112,16 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     comms[b.rank()] = std::make_unique<gpu::communicator<transport::cuda_loopback>>(b, o);
   });
-  std::vector<cudaStream_t> streams(n);
-  std::vector<cudaEvent_t> done(n);
-  std::vector<bf16*> in(n), out(n);
-  cudaStream_t master;
-  cudaEvent_t fork, e0, e1;
-  cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
-  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   const std::size_t count = bytes / sizeof(bf16);
-  for (int r = 0; r < n; ++r) {
-    comms[r]->set_programmatic_launch(pdl);
-    cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
-    cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
-    cudaMalloc(&in[r], bytes);
-    cudaMalloc(&out[r], bytes);
-    cudaMemset(in[r], 0, bytes);
-  }
-  cudaGraph_t g;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(master, cudaStreamCaptureModeThreadLocal);
-  cudaEventRecord(fork, master);
-  for (int r = 0; r < n; ++r) {
-    cudaStreamWaitEvent(streams[r], fork, 0);
-    for (int k = 0; k < per_graph; ++k)
-      if (comms[r]->all_reduce(in[r], out[r], count, streams[r]) != status::ok) {
-        std::printf("launch failed: %s\n", comms[r]->last_error().c_str());
-        return 1;
-      }
-    cudaEventRecord(done[r], streams[r]);
-    cudaStreamWaitEvent(master, done[r], 0);
-  }
-  if (cudaStreamEndCapture(master, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) {
-    std::printf("graph capture failed\n");
-    return 1;
-  }
-  float total_ms = 0;
-  for (int i = 0; i < replays; ++i) {
-    cudaEventRecord(e0, master);
-    cudaGraphLaunch(exec, master);
-    cudaEventRecord(e1, master);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= replays / 2) total_ms += ms;
-  }
-  const double per_coll_us = total_ms * 1e3 / (replays / 2) / per_graph;
+  for (int r = 0; r < n; ++r) comms[r]->set_programmatic_launch(pdl);
+  graph_world w(n, bytes);
+  const double per_coll_us = w.replay(per_graph, replays, [&](int r) {
+    if (comms[r]->all_reduce(static_cast<const bf16*>(w.in[r]), static_cast<bf16*>(w.out[r]), count, w.streams[r]) == status::ok)
+      return true;
+    std::printf("launch failed: %s\n", comms[r]->last_error().c_str());
+    return false;
+  });
+  if (per_coll_us < 0) return 1;
   // phases (medians over ranks x the last 64 collectives, excluding each graph's first collective)
   std::vector<double> d_clk[7], d_ns[7], gap_ns, whole_ns;
   int clock_khz = 0;
@@ -134,9 +158,6 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
                 median(d_clk[k]) * 1e6 / clock_khz, median(d_ns[k]));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "enter -> end", "", median(whole_ns));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "end -> next enter (gap)", "", median(gap_ns));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(g);
-  for (int r = 0; r < n; ++r) cudaFree(in[r]), cudaFree(out[r]);
   return 0;
 }
 
@@ -153,50 +174,13 @@ int run_floor(std::size_t bytes, int n, bool pdl) {
     return 0;
   }
   floor_bench::world fw(n);
-  std::vector<cudaStream_t> streams(n);
-  std::vector<cudaEvent_t> done(n);
-  std::vector<void*> in(n), out(n);
-  cudaStream_t master;
-  cudaEvent_t fork, e0, e1;
-  cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
-  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int r = 0; r < n; ++r) {
-    cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
-    cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
-    cudaMalloc(&in[r], bytes);
-    cudaMalloc(&out[r], bytes);
-    cudaMemset(in[r], 0, bytes);
-  }
-  cudaGraph_t g;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(master, cudaStreamCaptureModeThreadLocal);
-  cudaEventRecord(fork, master);
-  for (int r = 0; r < n; ++r) {
-    cudaStreamWaitEvent(streams[r], fork, 0);
-    for (int k = 0; k < per_graph; ++k)
-      if (!floor_bench::launch_minimal(fw, n, r, in[r], out[r], packets, ctas, threads, streams[r], pdl, true)) {
-        std::printf("floor launch failed\n");
-        return 1;
-      }
-    cudaEventRecord(done[r], streams[r]);
-    cudaStreamWaitEvent(master, done[r], 0);
-  }
-  if (cudaStreamEndCapture(master, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) {
-    std::printf("floor graph capture failed\n");
-    return 1;
-  }
-  float total_ms = 0;
-  for (int i = 0; i < replays; ++i) {
-    cudaEventRecord(e0, master);
-    cudaGraphLaunch(exec, master);
-    cudaEventRecord(e1, master);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= replays / 2) total_ms += ms;
-  }
+  graph_world w(n, bytes);
+  const double per_coll_us = w.replay(per_graph, replays, [&](int r) {
+    if (floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, true)) return true;
+    std::printf("floor launch failed\n");
+    return false;
+  });
+  if (per_coll_us < 0) return 1;
   unsigned failed = 0;
   cudaMemcpy(&failed, fw.failed, sizeof failed, cudaMemcpyDeviceToHost);
   if (failed != 0) {
@@ -220,13 +204,10 @@ int run_floor(std::size_t bytes, int n, bool pdl) {
                                  "wait for peers + barrier", "reduce + store", "finish (epoch)"};
   std::printf("\nfloor (benchmarks/gpu/floor.cuh, the least one-shot), %zu bytes, %d ranks, %u CTAs of %u threads, graph of %d "
               "per rank, programmatic launch %s\n", bytes, n, ctas, threads, per_graph, pdl ? "on" : "off");
-  std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, total_ms * 1e3 / (replays / 2) / per_graph);
+  std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, per_coll_us);
   for (int k = 1; k < 7; ++k) std::printf("  %-28s %21s   globaltimer %6.0f ns\n", names[k], "", median(d_ns[k]));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "enter -> end", "", median(whole_ns));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "end -> next enter (gap)", "", median(gap_ns));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(g);
-  for (int r = 0; r < n; ++r) cudaFree(in[r]), cudaFree(out[r]);
   return 0;
 }
 

@@ -12,6 +12,9 @@ gpu_header() {
   { date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit: $(cat .deps/commit)"
     nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } 2>&1 | tee "$S"
 }
+# gpu_prebuilt: use binaries built on the CPU machine and carried in .deps/bin (Google Benchmark's library in
+# .deps/lib); sets B to that folder
+gpu_prebuilt() { export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; B=$root/.deps/bin; }
 # gpu_setup DIR [meson options...]: configure an sm_90a build in DIR; exit with the log's tail on failure
 gpu_setup() {
   local dir=$1; shift

@@ -5,8 +5,7 @@
 # phases (benchmarks/gpu/floor.cuh) beside the library's, at 48 KiB and 2 / 4 / 8 ranks; the decode rows.
 source "$(dirname "$0")/lib.sh"
 gpu_header
-export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-B=$root/.deps/bin
+gpu_prebuilt
 step gpu-tests-collectives 150 $B/test_gpu_collectives
 step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
 for tool in memcheck racecheck synccheck; do
