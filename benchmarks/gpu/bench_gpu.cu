@@ -186,8 +186,10 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
 // all-reduce on direct windows. The library's kernel must answer for every microsecond it costs above them. Results
 // are checked after timing (a wrong sum skips the row with an error).
 
-/// kind 0: floor/empty; kind 1: floor/one_shot_minimal (bf16, `bytes` per rank).
-void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, unsigned ctas, unsigned threads, bool pdl) {
+/// kind 0: floor/empty; kind 1: floor/one_shot_minimal (bf16, `bytes` per rank), with `bloat` KiB of never-run code
+/// between its phases (floor.cuh: the instruction-fetch experiment).
+void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, unsigned ctas, unsigned threads, bool pdl,
+                 int bloat = 0) {
   auto& w = get_world<transport::cuda_loopback>(n);
   static std::unique_ptr<floor_bench::world> fws[floor_bench::max_ranks + 1];
   if (!fws[n]) fws[n] = std::make_unique<floor_bench::world>(n);
@@ -203,7 +205,7 @@ void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, un
   }
   time_launches(state, w, true, [&](int r) {
     if (kind == 0) return floor_bench::launch(floor_bench::empty_kernel, ctas, threads, w.streams[r], pdl, pdl);
-    return floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, false);
+    return floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, false, bloat);
   });
   if (kind == 1) {
     unsigned failed = 0;
@@ -222,6 +224,7 @@ void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, un
   state.counters["ctas"] = ctas;
   state.counters["threads"] = threads;
   state.counters["pdl"] = pdl ? 1 : 0;
+  state.counters["bloat_KiB"] = bloat;
 }
 
 void register_floors() {
@@ -240,6 +243,15 @@ void register_floors() {
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, threads, pdl); })
               ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }
+  // The instruction-fetch experiment: the same kernel with never-run code between its phases (floor.cuh).
+  for (int n : {2, 4, 8})
+    for (std::size_t bytes : {8192ul, 49152ul})
+      for (int bloat : {4, 16}) {
+        const std::string name = "floor/one_shot_minimal/bf16/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(n) +
+                                 "/ctas:16/threads:256/pdl:1/bloat:" + std::to_string(bloat) + "/graph:1";
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, 256, true, bloat); })
+            ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+      }
 }
 
 void bench_copy(benchmark::State& state, std::size_t bytes) {

@@ -9,6 +9,12 @@
 //                          store | epoch + 1. No timeouts beyond a poll bound that reports a broken run, no
 //                          poisoning, no call signature, no epilogue.
 //
+// Bloat (an experiment on instruction fetch): the minimal kernel with Bloat KiB of code that never runs between each
+// two phases (a branch on a run-time value that is never true jumps over it), so that its hot path spans as many
+// instruction-cache lines, with as many jumps over cold code, as the library's kernel does (its failure paths,
+// unaligned-input paths and loop variants sit between its phases). If the rows with bloat are slower, instruction
+// fetch is part of what the library pays above the floor, and moving cold code out of the hot path is worth it.
+//
 // With a trace buffer, thread 0 of part 0 stamps %globaltimer at the points the library's phase tracer uses
 // (protocol/session.hpp: 0 enter, 1 epoch read, 2 stored + barrier, 3 flags published, 4 peers seen + barrier,
 // 5 reduced and stored, 6 epoch advanced), trace_slots collectives deep: benchmarks/gpu/trace_phases.cu prints them
@@ -47,8 +53,21 @@ __device__ __forceinline__ unsigned long long now_ns() {
 
 __global__ void empty_kernel(bool pdl) { entry(pdl); }
 
-/// trace: nullptr, or [trace_slots][7] stamps of this rank.
-template <int N>
+/// KiB KiB of instructions (about 64 per KiB) that run only when `never` is true, which it never is; the result goes
+/// to `sink` so that the compiler keeps them. Quadratic steps, which no closed form folds.
+template <int KiB>
+__device__ __forceinline__ void bloat(bool never, unsigned* sink, unsigned x) {
+  if constexpr (KiB > 0) {
+    if (never) {
+#pragma unroll
+      for (int k = 0; k < KiB * 32; ++k) x = x * (x | 1u) + static_cast<unsigned>(k);
+      atomicAdd(sink, x);
+    }
+  }
+}
+
+/// trace: nullptr, or [trace_slots][7] stamps of this rank. Bloat: see the file comment.
+template <int N, int Bloat = 0>
 __global__ void __launch_bounds__(512, 1)
     one_shot_minimal(peers ps, int rank, const uint4* in, uint4* out, unsigned* epoch, unsigned packets, bool pdl,
                      unsigned* failed, unsigned long long* trace) {
@@ -57,9 +76,11 @@ __global__ void __launch_bounds__(512, 1)
   const unsigned i = part * per + threadIdx.x;
   const bool mine = threadIdx.x < per && i < packets;
   const int t = static_cast<int>(threadIdx.x);
+  const bool never = packets == 0xffffffffu;  // a run-time value: the compiler must keep the bloat's branches
   const bool stamps = trace != nullptr && part == 0 && t == 0;
   unsigned long long st[7];
   if (stamps) st[0] = now_ns();
+  bloat<Bloat>(never, failed, i);
   uint4 v{};
   if (mine) v = in[i];
   unsigned seq;
@@ -71,17 +92,20 @@ __global__ void __launch_bounds__(512, 1)
     asm volatile("and.b32 %0, %1, 0;" : "=r"(z) : "r"(seq));
     st[1] = now_ns() + z;
   }
+  bloat<Bloat>(never, failed, seq);
   if (mine)
 #pragma unroll
     for (int q = 0; q < N; ++q)
       if (q != rank) ps.win[q][(slot * max_ranks + rank) * cap_packets + i] = v;
   __syncthreads();
   if (stamps) st[2] = now_ns();
+  bloat<Bloat>(never, failed, i + 1);
   if (t < N && t != rank) {
     unsigned long long* to = ps.flag[t] + (slot * max_parts + part) * max_ranks + rank;
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(to), "l"(f) : "memory");
   }
   if (stamps) st[3] = now_ns();
+  bloat<Bloat>(never, failed, i + 2);
   if (t < N && t != rank) {
     const unsigned long long* mine_flag = ps.flag[rank] + (slot * max_parts + part) * max_ranks + t;
     unsigned long long seen = 0;
@@ -96,6 +120,7 @@ __global__ void __launch_bounds__(512, 1)
   }
   __syncthreads();
   if (stamps) st[4] = now_ns();
+  bloat<Bloat>(never, failed, i + 3);
   if (mine) {
     uint4 w[N];
 #pragma unroll
@@ -118,6 +143,7 @@ __global__ void __launch_bounds__(512, 1)
     out[i] = o;
   }
   if (stamps) st[5] = now_ns();
+  bloat<Bloat>(never, failed, i + 4);
   if (t == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(epoch + part), "r"(seq + 1u) : "memory");
   if (stamps) {
     st[6] = now_ns();
@@ -164,16 +190,28 @@ bool launch(void (*fn)(Params...), unsigned grid, unsigned block, cudaStream_t s
   return cudaLaunchKernelEx(&cfg, fn, args...) == cudaSuccess;
 }
 
-/// One minimal one-shot of rank r (n ranks: 2, 4 or 8) on `stream`; `traced` records the stamps.
+template <int N>
+bool launch_minimal_n(world& w, int r, const uint4* i, uint4* o, unsigned packets, unsigned ctas, unsigned threads,
+                      cudaStream_t stream, bool pdl, unsigned long long* tr, int bloat_kib) {
+  switch (bloat_kib) {
+    case 0: return launch(one_shot_minimal<N, 0>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+    case 4: return launch(one_shot_minimal<N, 4>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+    case 16: return launch(one_shot_minimal<N, 16>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+  }
+  return false;
+}
+
+/// One minimal one-shot of rank r (n ranks: 2, 4 or 8) on `stream`; `traced` records the stamps; bloat_kib: 0, 4
+/// or 16 KiB of never-run code between each two phases (see the file comment).
 inline bool launch_minimal(world& w, int n, int r, const void* in, void* out, unsigned packets, unsigned ctas,
-                           unsigned threads, cudaStream_t stream, bool pdl, bool traced) {
+                           unsigned threads, cudaStream_t stream, bool pdl, bool traced, int bloat_kib = 0) {
   const uint4* i = static_cast<const uint4*>(in);
   uint4* o = static_cast<uint4*>(out);
   unsigned long long* tr = traced ? w.trace[r] : nullptr;
   switch (n) {
-    case 2: return launch(one_shot_minimal<2>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
-    case 4: return launch(one_shot_minimal<4>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
-    case 8: return launch(one_shot_minimal<8>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+    case 2: return launch_minimal_n<2>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, bloat_kib);
+    case 4: return launch_minimal_n<4>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, bloat_kib);
+    case 8: return launch_minimal_n<8>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, bloat_kib);
   }
   return false;
 }
