@@ -172,6 +172,13 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
                                                     benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ranks"] = n;
   state.counters["bytes"] = double(bytes);
+  // The launch's shape, to set beside the floor rows' (rank 0; every rank derives the same).
+  if (c != coll::all_reduce_ring) {
+    const auto sp = w.comms[0]->template split_for<T>(count);
+    state.counters["ctas"] = sp.ctas;
+    state.counters["parts"] = sp.parts;
+    if (c == coll::all_reduce_one_shot) state.counters["path"] = int(w.comms[0]->template path_for<T>(count));
+  }
   if constexpr (!std::is_same_v<Transport, transport::cuda_loopback>) {
     // Where proxy-mode time goes, rank 0's proxy: time inside post (copy + flag) per collective.
     const auto after = w.comms[0]->transport().stats();
@@ -186,10 +193,10 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
 // all-reduce on direct windows. The library's kernel must answer for every microsecond it costs above them. Results
 // are checked after timing (a wrong sum skips the row with an error).
 
-/// kind 0: floor/empty; kind 1: floor/one_shot_minimal (bf16, `bytes` per rank), with `bloat` KiB of never-run code
-/// between its phases (floor.cuh: the instruction-fetch experiment).
+/// kind 0: floor/empty; kind 1: floor/one_shot_minimal (bf16, `bytes` per rank), variant `v`: never-run code between
+/// its phases or protocol features added (floor.cuh).
 void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, unsigned ctas, unsigned threads, bool pdl,
-                 int bloat = 0) {
+                 floor_bench::variant v = {}) {
   auto& w = get_world<transport::cuda_loopback>(n);
   static std::unique_ptr<floor_bench::world> fws[floor_bench::max_ranks + 1];
   if (!fws[n]) fws[n] = std::make_unique<floor_bench::world>(n);
@@ -205,7 +212,7 @@ void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, un
   }
   time_launches(state, w, true, [&](int r) {
     if (kind == 0) return floor_bench::launch(floor_bench::empty_kernel, ctas, threads, w.streams[r], pdl, pdl);
-    return floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, false, bloat);
+    return floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, false, v);
   });
   if (kind == 1) {
     unsigned failed = 0;
@@ -224,7 +231,8 @@ void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, un
   state.counters["ctas"] = ctas;
   state.counters["threads"] = threads;
   state.counters["pdl"] = pdl ? 1 : 0;
-  state.counters["bloat_KiB"] = bloat;
+  state.counters["bloat_KiB"] = v.bloat;
+  state.counters["plus"] = v.plus;
 }
 
 void register_floors() {
@@ -243,13 +251,22 @@ void register_floors() {
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, threads, pdl); })
               ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }
-  // The instruction-fetch experiment: the same kernel with never-run code between its phases (floor.cuh).
+  // The library's own shape at 48 KiB (min_part_bytes 4096: 12 parts of 256 packets, one CTA of 256 threads each).
+  for (int n : {2, 4, 8}) {
+    const std::string name = "floor/one_shot_minimal/bf16/bytes:49152/ranks:" + std::to_string(n) + "/ctas:12/threads:256/pdl:1/graph:1";
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, 49152, 12, 256, true); })
+        ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+  }
+  // The instruction-fetch experiment (never-run code between the phases) and the protocol's features added one by
+  // one (vote, checked poll, finish barrier; 7 = all three): floor.cuh.
   for (int n : {2, 4, 8})
     for (std::size_t bytes : {8192ul, 49152ul})
-      for (int bloat : {4, 16}) {
+      for (floor_bench::variant v : {floor_bench::variant{4, 0}, floor_bench::variant{16, 0}, floor_bench::variant{0, 1},
+                                     floor_bench::variant{0, 2}, floor_bench::variant{0, 4}, floor_bench::variant{0, 7}}) {
         const std::string name = "floor/one_shot_minimal/bf16/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(n) +
-                                 "/ctas:16/threads:256/pdl:1/bloat:" + std::to_string(bloat) + "/graph:1";
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, 256, true, bloat); })
+                                 "/ctas:16/threads:256/pdl:1/" +
+                                 (v.bloat != 0 ? "bloat:" + std::to_string(v.bloat) : "plus:" + std::to_string(v.plus)) + "/graph:1";
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, 256, true, v); })
             ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
       }
 }

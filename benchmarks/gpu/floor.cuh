@@ -15,6 +15,12 @@
 // unaligned-input paths and loop variants sit between its phases). If the rows with bloat are slower, instruction
 // fetch is part of what the library pays above the floor, and moving cold code out of the hot path is worth it.
 //
+// Plus (the protocol's costs, priced one by one): the minimal kernel with one or more of the library's protocol
+// features added the way protocol/session.hpp does them — plus_vote: the enter vote (thread 0 reads a poison word
+// beside the epoch, the CTA votes on it with a barrier); plus_checked_poll: the bounded wait's poll loop (a word of
+// this sequence with another value fails, every 16th poll reads the poison word and the clock, back-off after 2048
+// polls); plus_finish_barrier: a CTA barrier after the epoch store. The poison word is `failed` (zero while healthy).
+//
 // With a trace buffer, thread 0 of part 0 stamps %globaltimer at the points the library's phase tracer uses
 // (protocol/session.hpp: 0 enter, 1 epoch read, 2 stored + barrier, 3 flags published, 4 peers seen + barrier,
 // 5 reduced and stored, 6 epoch advanced), trace_slots collectives deep: benchmarks/gpu/trace_phases.cu prints them
@@ -66,8 +72,10 @@ __device__ __forceinline__ void bloat(bool never, unsigned* sink, unsigned x) {
   }
 }
 
-/// trace: nullptr, or [trace_slots][7] stamps of this rank. Bloat: see the file comment.
-template <int N, int Bloat = 0>
+enum plus : unsigned { plus_vote = 1, plus_checked_poll = 2, plus_finish_barrier = 4 };
+
+/// trace: nullptr, or [trace_slots][7] stamps of this rank. Bloat, Plus: see the file comment.
+template <int N, int Bloat = 0, unsigned Plus = 0>
 __global__ void __launch_bounds__(512, 1)
     one_shot_minimal(peers ps, int rank, const uint4* in, uint4* out, unsigned* epoch, unsigned packets, bool pdl,
                      unsigned* failed, unsigned long long* trace) {
@@ -85,6 +93,11 @@ __global__ void __launch_bounds__(512, 1)
   if (mine) v = in[i];
   unsigned seq;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seq) : "l"(epoch + part) : "memory");
+  if constexpr ((Plus & plus_vote) != 0) {
+    unsigned p = 0;
+    if (t == 0) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(p) : "l"(failed) : "memory");
+    if (!__syncthreads_and(p == 0)) return;
+  }
   const unsigned slot = seq & 1u;
   const unsigned long long f = seq + 1ull;
   if (stamps) {  // after the epoch arrived: an instruction that reads it stalls the warp until then (in-order issue)
@@ -109,12 +122,34 @@ __global__ void __launch_bounds__(512, 1)
   if (t < N && t != rank) {
     const unsigned long long* mine_flag = ps.flag[rank] + (slot * max_parts + part) * max_ranks + t;
     unsigned long long seen = 0;
-    for (unsigned polls = 0;; ++polls) {
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(mine_flag) : "memory");
-      if (seen == f) break;
-      if (polls > (1u << 26)) {  // a bound, so that a broken run ends (and is reported) instead of hanging
-        atomicAdd(failed, 1u);
-        break;
+    if constexpr ((Plus & plus_checked_poll) != 0) {
+      const unsigned long long start = now_ns();
+      for (unsigned long long polls = 0;;) {
+        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(mine_flag) : "memory");
+        if (seen == f) break;
+        ++polls;
+        if (static_cast<unsigned>(seen) == static_cast<unsigned>(f) && seen != 0) {  // this sequence, another word
+          atomicAdd(failed, 1u);
+          break;
+        }
+        if ((polls & 15u) == 0) {
+          unsigned p;
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(p) : "l"(failed) : "memory");
+          if (p != 0 || now_ns() - start > 10'000'000'000ull) {
+            atomicAdd(failed, 1u);
+            break;
+          }
+        }
+        if (polls > 2048) __nanosleep(polls > 16384 ? 1000 : 100);
+      }
+    } else {
+      for (unsigned polls = 0;; ++polls) {
+        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(mine_flag) : "memory");
+        if (seen == f) break;
+        if (polls > (1u << 26)) {  // a bound, so that a broken run ends (and is reported) instead of hanging
+          atomicAdd(failed, 1u);
+          break;
+        }
       }
     }
   }
@@ -145,6 +180,7 @@ __global__ void __launch_bounds__(512, 1)
   if (stamps) st[5] = now_ns();
   bloat<Bloat>(never, failed, i + 4);
   if (t == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(epoch + part), "r"(seq + 1u) : "memory");
+  if constexpr ((Plus & plus_finish_barrier) != 0) __syncthreads();
   if (stamps) {
     st[6] = now_ns();
     for (int k = 0; k < 7; ++k) trace[(seq % trace_slots) * 7 + k] = st[k];
@@ -190,28 +226,48 @@ bool launch(void (*fn)(Params...), unsigned grid, unsigned block, cudaStream_t s
   return cudaLaunchKernelEx(&cfg, fn, args...) == cudaSuccess;
 }
 
+/// Which minimal kernel: `bloat` KiB of never-run code between phases (0, 4 or 16) or protocol features `plus`
+/// (a mask of enum plus), not both (see the file comment).
+struct variant {
+  int bloat = 0;
+  unsigned plus = 0;
+};
+
 template <int N>
 bool launch_minimal_n(world& w, int r, const uint4* i, uint4* o, unsigned packets, unsigned ctas, unsigned threads,
-                      cudaStream_t stream, bool pdl, unsigned long long* tr, int bloat_kib) {
-  switch (bloat_kib) {
-    case 0: return launch(one_shot_minimal<N, 0>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
-    case 4: return launch(one_shot_minimal<N, 4>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
-    case 16: return launch(one_shot_minimal<N, 16>, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+                      cudaStream_t stream, bool pdl, unsigned long long* tr, variant v) {
+  auto go = [&](auto kernel) {
+    return launch(kernel, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
+  };
+  if (v.plus == 0) {
+    switch (v.bloat) {
+      case 0: return go(one_shot_minimal<N, 0, 0>);
+      case 4: return go(one_shot_minimal<N, 4, 0>);
+      case 16: return go(one_shot_minimal<N, 16, 0>);
+    }
+    return false;
+  }
+  if (v.bloat != 0) return false;
+  switch (v.plus) {
+    case plus_vote: return go(one_shot_minimal<N, 0, plus_vote>);
+    case plus_checked_poll: return go(one_shot_minimal<N, 0, plus_checked_poll>);
+    case plus_finish_barrier: return go(one_shot_minimal<N, 0, plus_finish_barrier>);
+    case plus_vote | plus_checked_poll | plus_finish_barrier:
+      return go(one_shot_minimal<N, 0, plus_vote | plus_checked_poll | plus_finish_barrier>);
   }
   return false;
 }
 
-/// One minimal one-shot of rank r (n ranks: 2, 4 or 8) on `stream`; `traced` records the stamps; bloat_kib: 0, 4
-/// or 16 KiB of never-run code between each two phases (see the file comment).
+/// One minimal one-shot of rank r (n ranks: 2, 4 or 8) on `stream`; `traced` records the stamps; `v`: which kernel.
 inline bool launch_minimal(world& w, int n, int r, const void* in, void* out, unsigned packets, unsigned ctas,
-                           unsigned threads, cudaStream_t stream, bool pdl, bool traced, int bloat_kib = 0) {
+                           unsigned threads, cudaStream_t stream, bool pdl, bool traced, variant v = {}) {
   const uint4* i = static_cast<const uint4*>(in);
   uint4* o = static_cast<uint4*>(out);
   unsigned long long* tr = traced ? w.trace[r] : nullptr;
   switch (n) {
-    case 2: return launch_minimal_n<2>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, bloat_kib);
-    case 4: return launch_minimal_n<4>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, bloat_kib);
-    case 8: return launch_minimal_n<8>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, bloat_kib);
+    case 2: return launch_minimal_n<2>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, v);
+    case 4: return launch_minimal_n<4>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, v);
+    case 8: return launch_minimal_n<8>(w, r, i, o, packets, ctas, threads, stream, pdl, tr, v);
   }
   return false;
 }

@@ -11,8 +11,8 @@
 // and the gap from the end of one collective to the start of the next on the same rank (launch + drain). A
 // diagnostic, not a benchmark: the stamps add a few stores to the measured kernel. Prints medians over ranks and
 // the last 64 collectives, with and without programmatic dependent launch; then the same for the floor kernel of
-// benchmarks/gpu/floor.cuh (the least one-shot) with programmatic launch, plain and with 16 KiB of never-run code
-// between its phases (the instruction-fetch experiment).
+// benchmarks/gpu/floor.cuh (the least one-shot) with programmatic launch: plain, with 16 KiB of never-run code
+// between its phases (the instruction-fetch experiment), and with the protocol's vote, checked poll and finish barrier.
 //
 // usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16] [capacity_bytes=67108864]
 // (ROCENANTE_BENCH_MIN_PART=<bytes> sets options::min_part_bytes, the input per CTA)
@@ -163,11 +163,13 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
 }
 
 /// The same table for floor_bench::one_shot_minimal (benchmarks/gpu/floor.cuh: the least one-shot on direct
-/// windows, no timeouts, poisoning or signatures) at the same size and ranks, 16 CTAs of 256 threads, so that each
-/// phase of the library's kernel has a floor beside it; bloat_kib: never-run code between its phases (floor.cuh).
-int run_floor(std::size_t bytes, int n, bool pdl, int bloat_kib = 0) {
+/// windows, no timeouts, poisoning or signatures) at the same size, ranks and CTAs, 256 threads, so that each
+/// phase of the library's kernel has a floor beside it; v: never-run code between its phases or protocol features added (floor.cuh).
+int run_floor(std::size_t bytes, int n, bool pdl, floor_bench::variant v = {}) {
   constexpr int per_graph = 50, replays = 40;
-  constexpr unsigned ctas = 16, threads = 256;
+  // The library's shape (gpu::default_options: parts of at least 4 KiB, at most max_parts = 16 CTAs).
+  const unsigned ctas = static_cast<unsigned>(std::min<std::size_t>(16, (bytes + 4095) / 4096));
+  constexpr unsigned threads = 256;
   const unsigned packets = static_cast<unsigned>(bytes / 16);
   if (n != 2 && n != 4 && n != 8) return 0;
   if ((packets + ctas - 1) / ctas > threads || packets > floor_bench::cap_packets) {
@@ -177,7 +179,7 @@ int run_floor(std::size_t bytes, int n, bool pdl, int bloat_kib = 0) {
   floor_bench::world fw(n);
   graph_world w(n, bytes);
   const double per_coll_us = w.replay(per_graph, replays, [&](int r) {
-    if (floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, true, bloat_kib)) return true;
+    if (floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, true, v)) return true;
     std::printf("floor launch failed\n");
     return false;
   });
@@ -204,8 +206,8 @@ int run_floor(std::size_t bytes, int n, bool pdl, int bloat_kib = 0) {
   static const char* names[7] = {"", "epoch read", "stage stores + barrier", "signal (release flag)",
                                  "wait for peers + barrier", "reduce + store", "finish (epoch)"};
   std::printf("\nfloor (benchmarks/gpu/floor.cuh, the least one-shot), %zu bytes, %d ranks, %u CTAs of %u threads, graph of %d "
-              "per rank, programmatic launch %s, %d KiB of never-run code between phases\n", bytes, n, ctas, threads,
-              per_graph, pdl ? "on" : "off", bloat_kib);
+              "per rank, programmatic launch %s, %d KiB of never-run code between phases, protocol features %u\n", bytes,
+              n, ctas, threads, per_graph, pdl ? "on" : "off", v.bloat, v.plus);
   std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, per_coll_us);
   for (int k = 1; k < 7; ++k) std::printf("  %-28s %21s   globaltimer %6.0f ns\n", names[k], "", median(d_ns[k]));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "enter -> end", "", median(whole_ns));
@@ -229,6 +231,7 @@ int main(int argc, char** argv) {
   int rc = run(bytes, n, parts, cap, false);
   rc |= run(bytes, n, parts, cap, true);
   rc |= run_floor(bytes, n, true);
-  rc |= run_floor(bytes, n, true, 16);  // the instruction-fetch experiment (floor.cuh)
+  rc |= run_floor(bytes, n, true, {16, 0});  // the instruction-fetch experiment (floor.cuh)
+  rc |= run_floor(bytes, n, true, {0, 7});   // with the protocol's vote, checked poll and finish barrier
   return rc;
 }
