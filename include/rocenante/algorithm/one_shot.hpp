@@ -136,6 +136,9 @@ struct one_shot {
       if constexpr (handle_t::shared_staging) {
         if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), base + i * packet_bytes), own);
       } else {
+#if ROCENANTE_COMPACT_KERNELS
+#pragma unroll 1
+#endif
         for (int q = 0; q < n; ++q)
           if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), own);
       }

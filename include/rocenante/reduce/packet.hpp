@@ -104,6 +104,35 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_accum(void* p, const accu
 #endif
 }
 
+#if ROCENANTE_DEVICE_PASS
+namespace detail {
+/// The first `bytes` (0..16) bytes at `s`, any alignment, as one 16-byte word (zero above), byte by byte into four
+/// words with constant indices: the packet stays in registers (a byte array written through a pointer would live
+/// in local memory, and every load of the caller's loop would then wait for it). Cold (config.hpp).
+ROCENANTE_DEVICE ROCENANTE_COLD uint4 load_bytes(const unsigned char* s, int bytes) {
+  uint4 w;
+  unsigned int* wp[4] = {&w.x, &w.y, &w.z, &w.w};
+  ROCENANTE_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    unsigned int x = 0;
+    ROCENANTE_UNROLL
+    for (int b = 0; b < 4; ++b)
+      if (4 * k + b < bytes) x |= static_cast<unsigned int>(s[4 * k + b]) << (8 * b);
+    *wp[k] = x;
+  }
+  return w;
+}
+
+/// The first `bytes` (0..16) bytes of `w` to `d`, any alignment. Cold (config.hpp).
+ROCENANTE_DEVICE ROCENANTE_COLD void store_bytes(unsigned char* d, uint4 w, int bytes) {
+  const unsigned int ws[4] = {w.x, w.y, w.z, w.w};
+  ROCENANTE_UNROLL  // constant indices: the packet stays in registers
+  for (int i = 0; i < packet_bytes; ++i)
+    if (i < bytes) d[i] = static_cast<unsigned char>(ws[i / 4] >> (8 * (i % 4)));
+}
+}  // namespace detail
+#endif
+
 /// Number of elements of packet `packet` that lie below `count`.
 template <reduction R>
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE int valid_lanes(std::size_t packet, std::size_t count) {
@@ -120,20 +149,7 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE value_packet<R> load_user(const type
   const int n = valid_lanes<R>(packet, count);
 #if ROCENANTE_DEVICE_PASS
   if (n == lanes<R> && detail::aligned16(src)) return load_packet<R>(src);
-  // Byte by byte into four words with constant indices: the packet stays in registers (a byte array written
-  // through a pointer would live in local memory, and every load of the caller's loop would then wait for it).
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(src);
-  const int bytes = n * static_cast<int>(sizeof(typename R::value_type));
-  uint4 w;
-  unsigned int* wp[4] = {&w.x, &w.y, &w.z, &w.w};
-  ROCENANTE_UNROLL
-  for (int k = 0; k < 4; ++k) {
-    unsigned int x = 0;
-    ROCENANTE_UNROLL
-    for (int b = 0; b < 4; ++b)
-      if (4 * k + b < bytes) x |= static_cast<unsigned int>(s[4 * k + b]) << (8 * b);
-    *wp[k] = x;
-  }
+  const uint4 w = detail::load_bytes(reinterpret_cast<const unsigned char*>(src), n * static_cast<int>(sizeof(typename R::value_type)));
   value_packet<R> out;
   *reinterpret_cast<uint4*>(&out) = w;
   return out;
@@ -152,13 +168,8 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_user(typename R::value_ty
   const int n = valid_lanes<R>(packet, count);
 #if ROCENANTE_DEVICE_PASS
   if (n == lanes<R> && detail::aligned16(dst)) return store_packet<R>(dst, v);
-  unsigned char* d = reinterpret_cast<unsigned char*>(dst);
-  const uint4 w = *reinterpret_cast<const uint4*>(&v);
-  const unsigned int ws[4] = {w.x, w.y, w.z, w.w};
-  const int bytes = n * static_cast<int>(sizeof(typename R::value_type));
-  ROCENANTE_UNROLL  // constant indices: the packet stays in registers
-  for (int i = 0; i < packet_bytes; ++i)
-    if (i < bytes) d[i] = static_cast<unsigned char>(ws[i / 4] >> (8 * (i % 4)));
+  detail::store_bytes(reinterpret_cast<unsigned char*>(dst), *reinterpret_cast<const uint4*>(&v),
+                      n * static_cast<int>(sizeof(typename R::value_type)));
 #else
   std::memcpy(static_cast<void*>(dst), &v, static_cast<std::size_t>(n) * sizeof(typename R::value_type));
 #endif
