@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# tools/gpu/s8-run.sh — prepared for the next device call (not run yet): binaries built on the CPU machine at
-# .deps/commit. compute-sanitizer (memcheck, racecheck, synccheck) on the one-rank subset and memcheck on the
-# looped-parts case with the decode-size kernels; the suites; the phase tracer, which now prints the floor kernel's
-# phases (benchmarks/gpu/floor.cuh) beside the library's, at 48 KiB and 2 / 4 / 8 ranks; the decode rows.
+# tools/gpu/s8-run.sh — prepared on 2026-12-04 (no device was lent that session), for the next device call: where the
+# library's 48 KiB all-reduce (3.60 us at 4 ranks) spends its ~1.2 us above the floor kernel (2.41 us), measured
+# side by side in one run. Binaries built on the CPU machine at .deps/commit (-compact: ROCENANTE_COMPACT_KERNELS=1).
+#   1. suites: gpu (default and compact builds), nvfp4; examples 01 and 02
+#   2. decode rows: the library (default shape: 12 CTAs of 256 threads at 48 KiB; and 16 CTAs of 192, the floor's,
+#      with ROCENANTE_BENCH_MIN_PART=3072), the compact build, and the floor kernel plain (12 and 16 CTAs), with
+#      never-run code between its phases (bloat:4/16: instruction fetch) and with the protocol's features added one
+#      by one (plus:1 vote, 2 checked poll, 4 finish barrier, 7 all)
+#   3. the phase tracer at 48 KiB, 4 / 2 / 8 ranks (library, floor, floor with bloat, floor with every feature),
+#      and the compact build's at 4 ranks
+# Sanitizers: tools/gpu/s8b-run.sh (a second call).
 source "$(dirname "$0")/lib.sh"
 gpu_header
 gpu_prebuilt
 step gpu-tests-collectives 150 $B/test_gpu_collectives
 step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
-for tool in memcheck racecheck synccheck; do
-  step san-$tool 120 compute-sanitizer --tool $tool $B/test_gpu_collectives -tc='one rank*'
-done
-step san-memcheck-looped 90 compute-sanitizer --tool memcheck $B/test_gpu_collectives -tc='CTAs looping*'
-{ for n in 4 2 8; do timeout 60 $B/rocenante-trace-phases 49152 $n 16; done; } >"$OUT/trace.log" 2>&1
+step gpu-tests-collectives-compact 150 $B/test_gpu_collectives-compact
+for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 60 $B/$e; say "  $(tail -1 "$OUT/example-$e.log")"; done
+lib='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1'
+fl='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:1[26]/threads:256/pdl:1/(bloat:16/|plus:7/)?graph:1|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:16/threads:256/pdl:1/(bloat:4|plus:[124])/graph:1|floor/empty/ranks:4/ctas:16/pdl:1'
+gpu_bench decode $B/rocenante-bench-gpu "$lib|$fl" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
+gpu_bench decode-16x192 $B/rocenante-bench-gpu "$lib" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1 ROCENANTE_BENCH_MIN_PART=3072
+gpu_bench decode-compact $B/rocenante-bench-gpu-compact "$lib|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:12/threads:256/pdl:1/graph:1" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
+{ for n in 4 2 8; do timeout 60 $B/rocenante-trace-phases 49152 $n 16; done
+  echo; echo "=== compact build (ROCENANTE_COMPACT_KERNELS=1) ==="; timeout 60 $B/rocenante-trace-phases-compact 49152 4 16; } >"$OUT/trace.log" 2>&1
 say "trace: rc=$?"; grep -vE "^$" "$OUT/trace.log" | tee -a "$S"
-gpu_bench decode $B/rocenante-bench-gpu 'all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1|floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:256/pdl:1' ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 gpu_pack
