@@ -2,7 +2,9 @@
 # tools/gpu/s8b-run.sh — compute-sanitizer on the decode-size kernels (new since the last sanitizer run): memcheck,
 # racecheck and synccheck on the one-rank subset (every collective with one rank, which runs the decode-size kernel
 # for small counts), memcheck on the looped-parts case; the same subset with the compact build. Binaries built on
-# the CPU machine at .deps/commit.
+# the CPU machine at .deps/commit. Then, if Nsight Compute reads counters on this machine (device README: Firecracker
+# yes, gVisor no), the decode-size kernel's warp stall reasons with one rank (ncu serializes kernels, so ranks that
+# wait on each other cannot run under it): a large "no instruction" share means instruction fetch (see floor.cuh).
 source "$(dirname "$0")/lib.sh"
 gpu_header
 gpu_prebuilt
@@ -11,4 +13,9 @@ for tool in memcheck racecheck synccheck; do
 done
 step san-memcheck-looped 120 compute-sanitizer --tool memcheck $B/test_gpu_collectives -tc='CTAs looping*'
 step san-memcheck-compact 120 compute-sanitizer --tool memcheck $B/test_gpu_collectives-compact -tc='one rank*'
+for b in test_gpu_collectives test_gpu_collectives-compact; do
+  step ncu-$b 120 ncu --clock-control none --cache-control none --section WarpStateStats --section LaunchStats \
+    --kernel-name-base mangled --kernel-name regex:reduce_pathE4 --launch-skip 5 --launch-count 3 $B/$b -tc='one rank*'
+  grep -iE "stall|warp cycles|no instruction|Block Size|Grid Size" "$OUT/ncu-$b.log" | head -40 | tee -a "$S"
+done
 gpu_pack
