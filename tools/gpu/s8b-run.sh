@@ -14,8 +14,9 @@ done
 step san-memcheck-looped 120 compute-sanitizer --tool memcheck $B/test_gpu_collectives -tc='CTAs looping*'
 step san-memcheck-compact 120 compute-sanitizer --tool memcheck $B/test_gpu_collectives-compact -tc='one rank*'
 for b in test_gpu_collectives test_gpu_collectives-compact; do
-  step ncu-$b 120 ncu --clock-control none --cache-control none --section WarpStateStats --section LaunchStats \
+  step ncu-$b 120 ncu --clock-control none --cache-control none --section LaunchStats \
+    --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
     --kernel-name-base mangled --kernel-name regex:reduce_pathE4 --launch-skip 5 --launch-count 3 $B/$b -tc='one rank*'
-  grep -iE "stall|warp cycles|no instruction|Block Size|Grid Size" "$OUT/ncu-$b.log" | head -40 | tee -a "$S"
+  grep -iE "stalled|Block Size|Grid Size|==ERROR|==PROF==" "$OUT/ncu-$b.log" | head -40 | tee -a "$S"
 done
 gpu_pack
