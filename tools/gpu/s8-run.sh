@@ -7,7 +7,8 @@
 #      with ROCENANTE_BENCH_MIN_PART=3072), the compact build, and the floor kernel plain (12 and 16 CTAs), with
 #      never-run code between its phases (bloat:4/16: instruction fetch) and with the protocol's features added one
 #      by one (plus:1 vote, 2 checked poll, 4 finish barrier, 7 all)
-#   3. the phase tracer at 48 KiB, 4 / 2 / 8 ranks (library, floor, floor with bloat, floor with every feature),
+#   3. large rows (1 and 64 MiB, 4 ranks), default and compact builds
+#   4. the phase tracer at 48 KiB, 4 / 2 / 8 ranks (library, floor, floor with bloat, floor with every feature),
 #      and the compact build's at 4 ranks
 # Sanitizers: tools/gpu/s8b-run.sh (a second call).
 source "$(dirname "$0")/lib.sh"
@@ -22,6 +23,11 @@ fl='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:1[26]/threads:256
 gpu_bench decode $B/rocenante-bench-gpu "$lib|$fl" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 gpu_bench decode-16x192 $B/rocenante-bench-gpu "$lib" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1 ROCENANTE_BENCH_MIN_PART=3072
 gpu_bench decode-compact $B/rocenante-bench-gpu-compact "$lib|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:12/threads:256/pdl:1/graph:1" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
+# the compact build's kernels hold more registers in the bulk loop (bulk 112 -> 120, bulk_discard 118 -> 124): the
+# large rows side by side
+big='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|67108864)/ranks:4/graph:1|copy/d2d/bytes:67108864/min'
+gpu_bench large $B/rocenante-bench-gpu "$big"
+gpu_bench large-compact $B/rocenante-bench-gpu-compact "$big"
 { for n in 4 2 8; do timeout 60 $B/rocenante-trace-phases 49152 $n 16; done
   echo; echo "=== compact build (ROCENANTE_COMPACT_KERNELS=1) ==="; timeout 60 $B/rocenante-trace-phases-compact 49152 4 16; } >"$OUT/trace.log" 2>&1
 say "trace: rc=$?"; grep -vE "^$" "$OUT/trace.log" | tee -a "$S"
