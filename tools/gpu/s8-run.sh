@@ -2,7 +2,7 @@
 # tools/gpu/s8-run.sh — prepared on 2026-12-04 (no device was lent that session), for the next device call: where the
 # library's 48 KiB all-reduce (3.60 us at 4 ranks) spends its ~1.2 us above the floor kernel (2.41 us), measured
 # side by side in one run. Binaries built on the CPU machine at .deps/commit (-compact: ROCENANTE_COMPACT_KERNELS=1).
-#   1. suites: gpu (default and compact builds), nvfp4; examples 01 and 02
+#   1. suites: gpu, nvfp4; examples 01 and 02 (the compact build's gpu suite runs in s8b)
 #   2. decode rows: the library (default shape: 12 CTAs of 256 threads at 48 KiB; and 16 CTAs of 192, the floor's,
 #      with ROCENANTE_BENCH_MIN_PART=3072), the compact build, and the floor kernel plain (12 and 16 CTAs), with
 #      never-run code between its phases (bloat:4/16: instruction fetch) and with the protocol's features added one
@@ -16,7 +16,6 @@ gpu_header
 gpu_prebuilt
 step gpu-tests-collectives 150 $B/test_gpu_collectives
 step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
-step gpu-tests-collectives-compact 150 $B/test_gpu_collectives-compact
 for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 60 $B/$e; say "  $(tail -1 "$OUT/example-$e.log")"; done
 lib='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1'
 fl='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:1[26]/threads:256/pdl:1/(bloat:16/|plus:7/)?graph:1|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:16/threads:256/pdl:1/(bloat:4|plus:[124])/graph:1|floor/empty/ranks:4/ctas:16/pdl:1'
