@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# tools/gpu/s8b-run.sh — compute-sanitizer on the decode-size kernels (new since the last sanitizer run): memcheck,
-# racecheck and synccheck on the one-rank subset (every collective with one rank, which runs the decode-size kernel
-# for small counts), memcheck on the looped-parts case; the same subset with the compact build. Binaries built on
-# the CPU machine at .deps/commit. First the compact build's gpu suite (ROCENANTE_COMPACT_KERNELS=1). Then, if Nsight Compute reads counters on this machine (device README: Firecracker
-# yes, gVisor no), the decode-size kernel's warp stall reasons with one rank (ncu serializes kernels, so ranks that
-# wait on each other cannot run under it): a large "no instruction" share means instruction fetch (see floor.cuh).
+# tools/gpu/s8b-run.sh — correctness of what s8 measures: the compact build's gpu suite (ROCENANTE_COMPACT_KERNELS=1);
+# compute-sanitizer on the decode-size kernels (new since the last sanitizer run, f301f95): memcheck, racecheck and
+# synccheck on the one-rank subset (every collective with one rank, which runs the decode-size kernel for small
+# counts), memcheck on the looped-parts case, memcheck on the compact build's one-rank subset. Then, if Nsight
+# Compute reads counters on this machine (device README: Firecracker yes, gVisor no), the decode-size kernel's warp
+# stall reasons with one rank (ncu serializes kernels, so ranks that wait on each other cannot run under it): a large
+# "no instruction" share means instruction fetch (see benchmarks/gpu/floor.cuh). Binaries built on the CPU machine
+# at .deps/commit.
 source "$(dirname "$0")/lib.sh"
 gpu_header
 gpu_prebuilt
