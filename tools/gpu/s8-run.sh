@@ -4,7 +4,8 @@
 # side by side in one run. Binaries built on the CPU machine at .deps/commit (-compact: ROCENANTE_COMPACT_KERNELS=1).
 #   1. suites: gpu, nvfp4; examples 01 and 02 (the compact build's gpu suite runs in s8b)
 #   2. decode rows: the library (default shape: 12 CTAs of 256 threads at 48 KiB; and 16 CTAs of 192, the floor's,
-#      with ROCENANTE_BENCH_MIN_PART=3072), the compact build, and the floor kernel plain (12 and 16 CTAs), with
+#      with ROCENANTE_BENCH_MIN_PART=3072; and with max_parts 16, so that finish advances 16 epoch entries, not
+#      1024), the compact build, and the floor kernel plain (12 and 16 CTAs), with
 #      never-run code between its phases (bloat:4/16: instruction fetch) and with the protocol's features added one
 #      by one (plus:1 vote, 2 checked poll, 4 finish barrier, 7 all)
 #   3. large rows (1 and 64 MiB, 4 ranks), default and compact builds
@@ -21,6 +22,8 @@ lib='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1'
 fl='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:1[26]/threads:256/pdl:1/(bloat:16/|plus:7/)?graph:1|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:16/threads:256/pdl:1/(bloat:4|plus:[124])/graph:1|floor/empty/ranks:4/ctas:16/pdl:1'
 gpu_bench decode $B/rocenante-bench-gpu "$lib|$fl" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 gpu_bench decode-16x192 $B/rocenante-bench-gpu "$lib" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1 ROCENANTE_BENCH_MIN_PART=3072
+# max_parts 16 instead of the bench's 1024: each collective's finish then advances 16 epoch entries per rank, not 1024
+gpu_bench decode-parts16 $B/rocenante-bench-gpu "$lib" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1 ROCENANTE_BENCH_MAX_PARTS=16
 gpu_bench decode-compact $B/rocenante-bench-gpu-compact "$lib|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:12/threads:256/pdl:1/graph:1" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
 # the compact build's kernels hold more registers in the bulk loop (bulk 112 -> 120, bulk_discard 118 -> 124): the
 # large rows side by side
