@@ -112,8 +112,20 @@ inline void no_tweak(options&) {}
 /// chose them (gpu::communicator::path_for): a test case REQUIREs the variants it means to cover.
 inline std::set<kernel::reduce_path> paths_seen;
 
+/// Element offsets of a rank's input and output from cudaMalloc's alignment: none by default.
+inline std::size_t no_shift(int, bool) { return 0; }
+
+/// Misaligned buffers, a different offset on each rank (alignment is a rank-local property: a path chosen by it
+/// would differ between ranks, HAZARDS #7): rank r's input r % 3 elements and its output (r + 1) % 4 elements past
+/// a 256-byte boundary, so that some ranks are aligned where others are not.
+inline std::size_t rank_shift(int rank, bool out) { return static_cast<std::size_t>(out ? (rank + 1) % 4 : rank % 3); }
+
+/// Input and output both misaligned (one rank: the sanitizer subset).
+inline std::size_t all_shift(int, bool out) { return out ? 3 : 1; }
+
 template <class T, class Transport = transport::cuda_loopback>
-void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(options&) = no_tweak) {
+void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(options&) = no_tweak,
+           std::size_t (*shift)(int rank, bool out) = no_shift) {
   options o = gpu::default_options();
   o.capacity_bytes = 0;
   for (std::size_t b : byte_sizes) o.capacity_bytes = b > o.capacity_bytes ? b : o.capacity_bytes;
@@ -134,8 +146,10 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(opti
     gpu::communicator<Transport> comm(b, o);
     gpu_rank gr;
     const std::size_t max_count = max_bytes / sizeof(T);
-    dev_buf<T> din(max_count), dout(max_count * n);
+    dev_buf<T> din(max_count), dout(max_count * n);  // 64 bytes of slack each: room for the shifts
     pinned<T> hin(max_count), hout(max_count * n);
+    T* const in_p = din.p + shift(r, false);
+    T* const out_p = dout.p + shift(r, true);
     b.barrier();  // no device-synchronising call from here on
     std::uint64_t seed = 1;
     for (std::size_t bytes : byte_sizes) {
@@ -145,14 +159,14 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(opti
         inputs[r] = make_input<T>(count, r, seed);
         const std::size_t out_count = v.gather ? count * n : count;
         std::memcpy(hin.data(), inputs[r].data(), count * sizeof(T));
-        cudaMemcpyAsync(din.p, hin.data(), count * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
-        cudaMemsetAsync(dout.p, 0xff, out_count * sizeof(T), gr.stream);  // poison: every element must be written
-        const status st = run_one<T>(comm, v.a, v.gather, din.p, dout.p, count, gr.stream);
+        cudaMemcpyAsync(in_p, hin.data(), count * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
+        cudaMemsetAsync(out_p, 0xff, out_count * sizeof(T), gr.stream);  // poison: every element must be written
+        const status st = run_one<T>(comm, v.a, v.gather, in_p, out_p, count, gr.stream);
         if (r == 0 && v.a == algorithm::algo::one_shot && !v.gather) {
           std::lock_guard lock(mu);
           paths_seen.insert(comm.template path_for<T, algorithm::one_shot>(count));
         }
-        cudaMemcpyAsync(hout.data(), dout.p, out_count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(hout.data(), out_p, out_count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
         const cudaError_t e = cudaStreamSynchronize(gr.stream);
         outputs[r].assign(hout.data(), hout.data() + out_count);
         b.barrier();
@@ -194,6 +208,9 @@ TEST_SUITE("gpu.collectives") {
     sweep<float>(1, {16, 28, 49152, (1u << 20) + 4});
     sweep<__half>(1, {26, 49152});
     sweep<__nv_bfloat16>(1, {26, 49152, (1u << 20) + 2});
+    // Misaligned input and output: the byte-wise loads and stores of a partial or misaligned packet
+    // (reduce::load_user / store_user) under the sanitizer too.
+    sweep<__nv_bfloat16>(1, {26, 49152, (1u << 20) + 2}, no_tweak, all_shift);
   }
   // Each sweep covers the one-shot kernel variants the communicator launches: the decode-size kernels (packets +
   // flag at 4 and 8 ranks, LL at 2) and the bulk-only kernel (parts of more packets than a CTA has threads). The
@@ -213,6 +230,13 @@ TEST_SUITE("gpu.collectives") {
   TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: bf16") {
     paths_seen.clear();
     for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, sizes_16);
+    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
+  }
+  TEST_CASE("misaligned inputs and outputs, a different offset on each rank, are served by every kernel and match the reference") {
+    // Never declined, never a rank-dependent path: each kernel loads and stores a misaligned packet byte by byte.
+    paths_seen.clear();
+    for (int n : {2, 4}) sweep<__nv_bfloat16>(n, {26, 49152, (1u << 20) + 2}, no_tweak, rank_shift);
+    for (int n : {2, 4}) sweep<float>(n, {28, 49152, (1u << 20) + 4}, no_tweak, rank_shift);
     for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
   }
 }
