@@ -15,7 +15,7 @@
 source "$(dirname "$0")/lib.sh"
 gpu_header
 gpu_prebuilt
-step gpu-tests-collectives 150 $B/test_gpu_collectives
+step gpu-tests-collectives 240 $B/test_gpu_collectives
 step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
 for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 60 $B/$e; say "  $(tail -1 "$OUT/example-$e.log")"; done
 lib='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1'
