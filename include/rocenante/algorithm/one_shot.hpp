@@ -118,7 +118,6 @@ struct one_shot {
       if constexpr (has_ll<typename Session::handle_type>) return all_reduce_ll<R>(s, in, out, count, parts, epi);
       return false;
     }
-    using handle_t = typename Session::handle_type;
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
@@ -132,17 +131,7 @@ struct one_shot {
     if (!s.enter()) return false;
     s.trace(0);
     s.trace(1);
-    if (mine) {
-      if constexpr (handle_t::shared_staging) {
-        if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), base + i * packet_bytes), own);
-      } else {
-#if ROCENANTE_COMPACT_KERNELS
-#pragma unroll 1
-#endif
-        for (int q = 0; q < n; ++q)
-          if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), own);
-      }
-    }
+    if (mine) put_packet<R>(s, base + i * packet_bytes, own);
     team.sync();
     if (!signal_and_wait(s, base, pr)) return false;
     s.trace(4);
@@ -492,17 +481,32 @@ struct one_shot {
   }
 #endif
 
+  /// Stage one packet at offset `off` of this rank's source region: into every peer's slot (directly written
+  /// windows), or once into this rank's staging area (shared staging: the proxy or NIC copies it to the peers).
+  template <reduce::reduction R, class Session>
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE static void put_packet(Session& s, std::uint64_t off, const reduce::value_packet<R>& v) {
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    if constexpr (Session::handle_type::shared_staging) {
+      if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), off), v);
+    } else {
+#if ROCENANTE_COMPACT_KERNELS && ROCENANTE_DEVICE_PASS
+#pragma unroll 1
+#endif
+      for (int q = 0; q < n; ++q)
+        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
+    }
+  }
+
   /// enter, stage this part of `in` into source `rank` of every peer's slot, signal, wait for every peer.
   template <reduce::reduction R, class Session>
   ROCENANTE_HOST_DEVICE static bool stage_and_exchange(Session& s, const typename R::value_type* in,
                                                        std::uint64_t count, std::uint32_t parts) {
     auto& team = s.team();
     auto& h = s.handle();
-    using handle_t = typename Session::handle_type;
-    const int n = h.ranks(), r = h.rank();
     const std::uint64_t stride = source_stride<R>(h.layout(), count);
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
-    const std::uint64_t base = r * stride;
+    const std::uint64_t base = h.rank() * stride;
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
     // The first batch of input is loaded before enter(): those loads need no sequence number, so their latency
     // overlaps the read of the epoch and the team vote.
@@ -518,13 +522,7 @@ struct one_shot {
       ROCENANTE_UNROLL
       for (int u = 0; u < unroll; ++u) {
         const std::uint64_t i = i0 + u * step;
-        if (i >= pr.end) continue;
-        if constexpr (handle_t::shared_staging) {
-          if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), base + i * packet_bytes), v[u]);
-        } else {
-          for (int q = 0; q < n; ++q)
-            if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), base + i * packet_bytes), v[u]);
-        }
+        if (i < pr.end) put_packet<R>(s, base + i * packet_bytes, v[u]);
       }
       i0 += unroll * step;
       ROCENANTE_UNROLL
