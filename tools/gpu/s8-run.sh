@@ -25,7 +25,7 @@ gpu_bench decode-16x192 $B/rocenante-bench-gpu "$lib" ROCENANTE_BENCH_MAX_CTAS=1
 # max_parts 16 instead of the bench's 1024: each collective's finish then advances 16 epoch entries per rank, not 1024
 gpu_bench decode-parts16 $B/rocenante-bench-gpu "$lib" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1 ROCENANTE_BENCH_MAX_PARTS=16
 gpu_bench decode-compact $B/rocenante-bench-gpu-compact "$lib|floor/one_shot_minimal/bf16/bytes:49152/ranks:4/ctas:12/threads:256/pdl:1/graph:1" ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1
-# the compact build's kernels hold more registers in the bulk loop (bulk 112 -> 120, bulk_discard 118 -> 124): the
+# the compact build's kernels hold more registers in the bulk loop (bulk 112 -> 118, bulk_discard 118 -> 122): the
 # large rows side by side
 big='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|67108864)/ranks:4/graph:1|copy'
 gpu_bench large $B/rocenante-bench-gpu "$big"
