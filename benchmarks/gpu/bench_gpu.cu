@@ -207,6 +207,7 @@ void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, un
       state.SkipWithError("shape out of the minimal kernel's range");
       return;
     }
+    fw.reset();
     for (int r = 0; r < n; ++r) floor_bench::fill<<<64, 256>>>(static_cast<__nv_bfloat16*>(w.in[r]), packets * 8, 0.25f * (r + 1));
     cudaDeviceSynchronize();
   }

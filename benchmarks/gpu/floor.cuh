@@ -210,6 +210,16 @@ struct world {
     cudaMalloc(&failed, sizeof(unsigned));
     cudaMemset(failed, 0, sizeof(unsigned));
   }
+  /// Back to the first collective, healthy (between benchmark rows: a failed row — whose variants may have left
+  /// parts' epochs apart — must not spoil the next). Synchronous: call with nothing running.
+  void reset() {
+    for (std::size_t r = 0; r < epoch.size(); ++r) {
+      cudaMemset(ps.flag[r], 0, sizeof(unsigned long long) * 2 * max_parts * max_ranks);
+      cudaMemset(epoch[r], 0, sizeof(unsigned) * max_parts);
+    }
+    cudaMemset(failed, 0, sizeof(unsigned));
+    cudaDeviceSynchronize();
+  }
 };
 
 template <class... Params, class... Args>

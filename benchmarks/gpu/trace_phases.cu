@@ -165,10 +165,13 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
 /// The same table for floor_bench::one_shot_minimal (benchmarks/gpu/floor.cuh: the least one-shot on direct
 /// windows, no timeouts, poisoning or signatures) at the same size, ranks and CTAs, 256 threads, so that each
 /// phase of the library's kernel has a floor beside it; v: never-run code between its phases or protocol features added (floor.cuh).
-int run_floor(std::size_t bytes, int n, bool pdl, floor_bench::variant v = {}) {
+int run_floor(std::size_t bytes, int n, std::uint32_t max_parts, bool pdl, floor_bench::variant v = {}) {
   constexpr int per_graph = 50, replays = 40;
-  // The library's shape (gpu::default_options: parts of at least 4 KiB, at most max_parts = 16 CTAs).
-  const unsigned ctas = static_cast<unsigned>(std::min<std::size_t>(16, (bytes + 4095) / 4096));
+  // The library's CTA count for this call (algorithm::part_count with run()'s options: min_part_bytes, max_parts).
+  options o = gpu::default_options();
+  if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
+  const unsigned ctas = algorithm::part_count(protocol::ceil_div(bytes, packet_bytes), protocol::ceil_div(o.min_part_bytes, packet_bytes),
+                                              max_parts < floor_bench::max_parts ? max_parts : floor_bench::max_parts);
   constexpr unsigned threads = 256;
   const unsigned packets = static_cast<unsigned>(bytes / 16);
   if (n != 2 && n != 4 && n != 8) return 0;
@@ -230,8 +233,8 @@ int main(int argc, char** argv) {
   const std::size_t cap = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : std::size_t{64} << 20;
   int rc = run(bytes, n, parts, cap, false);
   rc |= run(bytes, n, parts, cap, true);
-  rc |= run_floor(bytes, n, true);
-  rc |= run_floor(bytes, n, true, {16, 0});  // the instruction-fetch experiment (floor.cuh)
-  rc |= run_floor(bytes, n, true, {0, 7});   // with the protocol's vote, checked poll and finish barrier
+  rc |= run_floor(bytes, n, parts, true);
+  rc |= run_floor(bytes, n, parts, true, {16, 0});  // the instruction-fetch experiment (floor.cuh)
+  rc |= run_floor(bytes, n, parts, true, {0, 7});   // with the protocol's vote, checked poll and finish barrier
   return rc;
 }

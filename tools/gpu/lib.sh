@@ -23,18 +23,29 @@ gpu_setup() {
 }
 # gpu_build_errors LOG...: the first compiler errors of build logs into the summary
 gpu_build_errors() { grep -E "error|FAILED" -A3 "$@" | head -30 | tee -a "$S"; }
+# gpu_deadline S: every later step, bench and `left` ends by S seconds after the script started (the device tool
+# stops a command at 600 s, and gpu_pack must still run); a step with under 10 s left is skipped, and says so
+gpu_deadline() { deadline=$((t0 + $1)); }
+# left LIMIT_S: LIMIT_S, or the seconds to the deadline when fewer
+left() {
+  local l=$1
+  if [ -n "${deadline:-}" ]; then local d=$((deadline - $(date +%s))); [ "$d" -lt "$l" ] && l=$d; fi
+  echo "$l"
+}
 # step NAME LIMIT_S COMMAND...: run with a time limit, output in $OUT/NAME.log, one summary line with doctest's
 # and compute-sanitizer's totals
 step() {
-  local name=$1 lim=$2; shift 2; local t; t=$(date +%s)
+  local name=$1 lim; lim=$(left "$2"); shift 2; local t; t=$(date +%s)
+  if [ "$lim" -lt 10 ]; then say "$name: skipped (deadline)"; return; fi
   timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
   say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY' "$OUT/$name.log" | tr '\n' ' ')"
 }
 # gpu_bench NAME BINARY FILTER [VAR=VALUE...]: run a Google Benchmark binary with the filter and the variables
 # (limit 200 s), JSON in $OUT/NAME.json, output in $OUT/bench-NAME.log, one summary line and the rows' times
 gpu_bench() {
-  local name=$1 bin=$2 f=$3; shift 3; local t; t=$(date +%s)
-  env "$@" timeout 200 "$bin" --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
+  local name=$1 bin=$2 f=$3 lim; lim=$(left 200); shift 3; local t; t=$(date +%s)
+  if [ "$lim" -lt 10 ]; then say "$name: skipped (deadline)"; return; fi
+  env "$@" timeout "$lim" "$bin" --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
     --benchmark_counters_tabular=true >"$OUT/bench-$name.log" 2>&1
   say "$name ($*): rc=$? after $(( $(date +%s) - t )) s"
   grep -E "^(all_|copy|floor)" "$OUT/bench-$name.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"

@@ -10,6 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 gpu_header
 gpu_prebuilt
+gpu_deadline 540
 step gpu-tests-collectives-compact 240 $B/test_gpu_collectives-compact
 for tool in memcheck racecheck synccheck; do
   step san-$tool 150 compute-sanitizer --tool $tool $B/test_gpu_collectives -tc='one rank*'
