@@ -124,7 +124,7 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   });
   if (per_coll_us < 0) return 1;
   // phases (medians over ranks x the last 64 collectives, excluding each graph's first collective)
-  std::vector<double> d_clk[7], d_ns[7], gap_ns, whole_ns;
+  std::vector<double> d_clk[7], d_ns[7], gap_ns, whole_ns, start_ns, start_gap_ns;
   int clock_khz = 0;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
   for (int r = 0; r < n; ++r) {
@@ -145,6 +145,11 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
       whole_ns.push_back(double(tn[6] - tn[0]));
       const auto& p = st.trace_ns[(s - 1) % protocol::rank_state::trace_slots];
       if ((s - o.first_sequence) % per_graph != 0) gap_ns.push_back(double(tn[0]) - double(p[6]));
+      // point 7: where the kernel's wait for its stream predecessor returned (the decode-size kernels; 0 elsewhere)
+      if (tn[7] != 0) {
+        start_ns.push_back(double(tn[0]) - double(tn[7]));
+        if ((s - o.first_sequence) % per_graph != 0) start_gap_ns.push_back(double(tn[7]) - double(p[6]));
+      }
     }
   }
   static const char* names[7] = {"", "enter (epoch read, vote)", "stage stores + barrier", "signal (fence + flag)",
@@ -159,6 +164,12 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
                 median(d_clk[k]) * 1e6 / clock_khz, median(d_ns[k]));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "enter -> end", "", median(whole_ns));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "end -> next enter (gap)", "", median(gap_ns));
+  if (!start_ns.empty()) {
+    std::printf("  of which:\n");
+    std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "end -> next start", "", median(start_gap_ns));
+    std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "start -> enter", "", median(start_ns));
+    std::printf("  (start: where the kernel's wait for its stream predecessor returned)\n");
+  }
   return 0;
 }
 

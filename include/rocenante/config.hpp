@@ -26,14 +26,14 @@
 #define ROCENANTE_DEVICE_PASS 0
 #endif
 
-/// Compact kernels (an experiment until measured; 0 is the default): with ROCENANTE_COMPACT_KERNELS=1 the code that
-/// runs only when something went wrong (recording a failure) or for unusual inputs (a misaligned pointer, a partial
-/// last packet) is compiled as called functions in GPU code (ROCENANTE_COLD), and the one-shot's per-peer store
-/// loop (one_shot::put_packet) is not unrolled, so that the hot path spans fewer instruction-cache lines with fewer
-/// jumps over cold code (the floor kernel's instruction-fetch experiment, benchmarks/gpu/floor.cuh, prices such
-/// jumps). One value per program, on the compiler's command line.
+/// Compact kernels (1, the default): the code that runs only when something went wrong (recording a failure) or for
+/// unusual inputs (a misaligned pointer, a partial last packet) is compiled as called functions in GPU code
+/// (ROCENANTE_COLD), and the one-shot's per-peer store loop (one_shot::put_packet) is not unrolled, so that the hot
+/// path spans fewer instruction-cache lines with fewer jumps over cold code. 0 inlines and unrolls them (the layout
+/// before 2026-12-05, kept for side-by-side runs: docs/performance.md has both). One value per program, on the
+/// compiler's command line.
 #ifndef ROCENANTE_COMPACT_KERNELS
-#define ROCENANTE_COMPACT_KERNELS 0
+#define ROCENANTE_COMPACT_KERNELS 1
 #endif
 #if ROCENANTE_COMPACT_KERNELS && defined(__CUDACC__)
 #define ROCENANTE_COLD inline __noinline__

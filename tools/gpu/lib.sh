@@ -38,7 +38,7 @@ step() {
   local name=$1 lim; lim=$(left "$2"); shift 2; local t; t=$(date +%s)
   if [ "$lim" -lt 10 ]; then say "$name: skipped (deadline)"; return; fi
   timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
-  say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY' "$OUT/$name.log" | tr '\n' ' ')"
+  say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$name.log" | tr '\n' ' ')"
 }
 # gpu_bench NAME BINARY FILTER [VAR=VALUE...]: run a Google Benchmark binary with the filter and the variables
 # (limit 200 s), JSON in $OUT/NAME.json, output in $OUT/bench-NAME.log, one summary line and the rows' times

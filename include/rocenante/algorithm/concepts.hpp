@@ -35,6 +35,15 @@ struct no_epilogue {
   ROCENANTE_HOST_DEVICE constexpr void operator()(std::uint64_t, AccumPacket&) const {}
 };
 
+/// The default gate of the decode-size code (one_shot::all_reduce_small): nothing. A gate is called by every team
+/// thread once the call's plan (its range of packets, strides, addresses) is computed and before the call's first
+/// read of memory that earlier work may have written (the input, the rank's epoch). The ready-made kernels pass one
+/// that waits there for their stream predecessor (programmatic dependent launch, kernel/collectives.cuh), so that
+/// a kernel launched early computes its plan while the kernel before it finishes.
+struct no_gate {
+  ROCENANTE_HOST_DEVICE constexpr void operator()() const {}
+};
+
 /// An epilogue sees every packet of fp32 sums once, before the single rounding to the element type, with the
 /// index of its first element: `epi(first_element, acc)` may change acc.v[0..lanes) (e.g. add a residual, scale,
 /// apply an activation). It runs where the final sum is formed (every rank in one_shot, the chunk's owner in

@@ -110,12 +110,14 @@ struct one_shot {
   /// LL: the caller decided (every rank alike) that the call takes the LL path (uses_ll, with a handle that has an
   /// LL area); the kernel then compiles only that path.
 #if ROCENANTE_DEVICE_PASS
-  template <reduce::reduction R, bool LL, class Session, class Epilogue = no_epilogue>
+  /// Gate: called by every team thread between the plan and the first read of the input (algorithm::no_gate).
+  template <reduce::reduction R, bool LL, class Session, class Epilogue = no_epilogue, class Gate = no_gate>
   ROCENANTE_DEVICE static bool all_reduce_small(Session& s, const typename R::value_type* in,
                                                 typename R::value_type* out, std::uint64_t count,
-                                                std::uint32_t parts, const Epilogue& epi = {}) {
+                                                std::uint32_t parts, const Epilogue& epi = {}, const Gate& gate = {}) {
     if constexpr (LL) {
-      if constexpr (has_ll<typename Session::handle_type>) return all_reduce_ll<R>(s, in, out, count, parts, epi);
+      if constexpr (has_ll<typename Session::handle_type>) return all_reduce_ll<R>(s, in, out, count, parts, epi, gate);
+      gate();
       return false;
     }
     auto& team = s.team();
@@ -126,6 +128,8 @@ struct one_shot {
     const std::uint64_t base = r * stride;
     const std::uint64_t i = pr.begin + team.thread();
     const bool mine = i < pr.end;
+    gate();
+    s.started();
     reduce::value_packet<R> own{};
     if (mine) own = reduce::load_user<R>(in, i, count);  // before enter: needs no sequence number
     if (!s.enter()) return false;
@@ -357,9 +361,10 @@ struct one_shot {
   /// (session::inline_wait_check: time, polls, poison, abort flags from peers, mismatches). Two slots suffice for
   /// the same reason as in the packet path; a line is cleared by its reader before the reader's next collective
   /// can let the writer reach this slot again, so a line is only ever zero or this call's.
-  template <reduce::reduction R, class Session, class Epilogue>
+  template <reduce::reduction R, class Session, class Epilogue, class Gate = no_gate>
   ROCENANTE_DEVICE static bool all_reduce_ll(Session& s, const typename R::value_type* in, typename R::value_type* out,
-                                             std::uint64_t count, std::uint32_t parts, const Epilogue& epi) {
+                                             std::uint64_t count, std::uint32_t parts, const Epilogue& epi,
+                                             const Gate& gate = {}) {
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
@@ -367,6 +372,8 @@ struct one_shot {
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t i = pr.begin + team.thread();
     const bool mine = i < pr.end;
+    gate();
+    s.started();
     reduce::value_packet<R> own{};
     if (mine) own = reduce::load_user<R>(in, i, count);  // before enter: needs no sequence number
     if (!s.enter()) return false;

@@ -71,12 +71,13 @@ class block_all_reduce {
   /// run() with only the algorithm's decode-size code compiled (one_shot::all_reduce_small: one packet per thread,
   /// or with LL the LL path), for calls whose every part holds at most as many packets as the team has threads —
   /// the same bytes as run(). LL must equal one_shot::uses_ll for the call (run() decides it inside). Every rank
-  /// must use the same variant for a call.
-  template <bool LL>
+  /// must use the same variant for a call. `gate` (algorithm::no_gate) runs in every thread after the call's plan and
+  /// before its first read of the input or of the rank's state.
+  template <bool LL, class Gate = algorithm::no_gate>
   ROCENANTE_DEVICE bool run_small(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
-                                  std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
+                                  std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}, const Gate& gate = {}) {
     auto s = make_session(ctx, count, part);
-    return Algorithm::template all_reduce_small<Reduction, LL>(s, in, out, count, parts, epi);
+    return Algorithm::template all_reduce_small<Reduction, LL>(s, in, out, count, parts, epi, gate);
   }
 
  private:

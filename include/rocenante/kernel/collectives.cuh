@@ -9,7 +9,8 @@ namespace rocenante::kernel {
 
 inline constexpr int threads_per_block = 512;
 
-/// First statement of every collective kernel. Programmatic dependent launch (sm_90 and later; PTX
+/// Called by every collective kernel before its first read of memory that earlier kernels may have written (the first
+/// statement, or after the plan: dependency_gate). Programmatic dependent launch (sm_90 and later; PTX
 /// griddepcontrol): `wait` returns once every kernel this one depends on in stream order has completed and its
 /// memory is visible — exactly the guarantee of ordinary stream order, so the input written by the previous
 /// kernel and the epoch written by the previous collective are safe to read after it. It returns at once when the
@@ -23,6 +24,13 @@ ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void dependent_launch_entry() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+/// dependent_launch_entry() as an algorithm gate (algorithm::no_gate): the decode-size kernels wait for their stream
+/// predecessor only once their plan is computed, so that with programmatic launch the plan (the part's range, the
+/// call's signature and strides, the addresses) is computed while the kernel before finishes, not after.
+struct dependency_gate {
+  ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void operator()() const { dependent_launch_entry(); }
+};
 
 /// CTAs per SM the compiler must leave registers for in the collective kernels (launch bounds). 1 by default:
 /// ranks sharing a GPU then fit one CTA of each rank's collective per SM (the co-residency bound counts them).
@@ -74,14 +82,17 @@ template <class Algorithm, class Reduction, class Handle, class Epilogue = algor
 __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
     all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count, std::uint32_t parts, Epilogue epi = {}) {
-  dependent_launch_entry();
   using block_t = device::block_all_reduce<Algorithm, Reduction, Handle, Epilogue>;
   __shared__ typename block_t::temp_storage tmp;
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+  if constexpr (Path == reduce_path::small || Path == reduce_path::small_ll) {
+    // parts == gridDim.x; the wait for the stream predecessor comes after the plan (dependency_gate)
+    (void)coll.template run_small<Path == reduce_path::small_ll>(ctx, in, out, count, blockIdx.x, parts, epi, dependency_gate{});
+    return;
+  }
+  dependent_launch_entry();
   if constexpr (Path == reduce_path::any) {
     (void)coll.run(ctx, in, out, count, blockIdx.x, parts, epi);  // parts == gridDim.x
-  } else if constexpr (Path == reduce_path::small || Path == reduce_path::small_ll) {
-    (void)coll.template run_small<Path == reduce_path::small_ll>(ctx, in, out, count, blockIdx.x, parts, epi);  // parts == gridDim.x
   } else {
     for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
       if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)

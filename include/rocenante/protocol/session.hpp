@@ -82,6 +82,15 @@ class session {
     return team_.all(healthy_now);
   }
 
+  /// Trace point 7: the call's start, after its gate (one_shot::all_reduce_small: where a kernel's wait for its
+  /// stream predecessor returns), recorded with point 0; compiled only with ROCENANTE_TRACE_PHASES.
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void started() {
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+    ts_clk_ = clock64();
+    ts_ns_ = detail::now_ns();
+#endif
+  }
+
   /// Phase timestamp `point` (0..7) of this collective, by thread 0 of part 0; compiled only with
   /// ROCENANTE_TRACE_PHASES (benchmarks/gpu/trace_phases.cu), otherwise nothing.
   ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void trace([[maybe_unused]] int point) {
@@ -90,6 +99,10 @@ class session {
       const int slot = static_cast<int>(seq_ % rank_state::trace_slots);
       state_->trace[slot][point] = point == 0 ? t0_clk_ : clock64();
       state_->trace_ns[slot][point] = point == 0 ? t0_ns_ : detail::now_ns();
+      if (point == 0) {
+        state_->trace[slot][7] = ts_clk_;
+        state_->trace_ns[slot][7] = ts_ns_;
+      }
     }
 #endif
   }
@@ -337,6 +350,7 @@ class session {
   std::uint32_t seq_ = 0;
 #if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
   std::uint64_t t0_clk_ = 0, t0_ns_ = 0;  ///< when enter() began (trace point 0)
+  std::uint64_t ts_clk_ = 0, ts_ns_ = 0;  ///< started() (trace point 7; 0 where the code never calls it)
 #endif
 };
 
