@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../core/atomic.hpp"
 #include "../core/clock.hpp"
@@ -146,34 +147,43 @@ struct one_shot {
       // of s7b, about one round trip per peer). A source past the last rank, or this rank's own (kept in
       // registers since the staging), loads this rank's own region of the window instead — a valid address
       // whose value is not used.
-      constexpr int group = 8;
+      // Groups of 4 sources up to 4 ranks, else of 8: each slot of a group past the last rank loads (the loads are
+      // unconditional), so 8-source groups at 4 ranks cost each CTA's load unit twice the loads (s10: the reduce
+      // phase 608 vs the floor's 448 ns at 4 ranks). The group size is uniform across the team (a rank count).
       reduce::accum_packet<R> acc{};
       const uint4 own_raw = *reinterpret_cast<const uint4*>(&own);
-      ROCENANTE_UNROLL
-      for (int q0 = 0; q0 < max_ranks; q0 += group) {
-        if (q0 >= n) break;
-        uint4 raw[group];
+      auto sum_groups = [&](auto group_size) {
+        constexpr int group = decltype(group_size)::value;
         ROCENANTE_UNROLL
-        for (int g = 0; g < group; ++g) {
-          const int q = q0 + g < n ? q0 + g : r;
-          raw[g] = reduce::load_raw_issue(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
-        }
-        // No branch here either (a `break` at the last rank let the compiler sink each load behind it): every
-        // slot of the group is summed and the sum kept only for real sources (a select, so the bytes are those
-        // of summing ranks 0..n-1 in order).
-        ROCENANTE_UNROLL
-        for (int g = 0; g < group; ++g) {
-          const uint4 w = q0 + g == r ? own_raw : raw[g];
-          const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&w);
-          if (q0 + g == 0) {
-            acc = reduce::widen<R>(x);
-          } else {
-            reduce::accum_packet<R> t = acc;
-            reduce::accumulate<R>(t, x);
-            if (q0 + g < n) acc = t;
+        for (int q0 = 0; q0 < max_ranks; q0 += group) {
+          if (q0 >= n) break;
+          uint4 raw[group];
+          ROCENANTE_UNROLL
+          for (int g = 0; g < group; ++g) {
+            const int q = q0 + g < n ? q0 + g : r;
+            raw[g] = reduce::load_raw_issue(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+          }
+          // No branch here either (a `break` at the last rank let the compiler sink each load behind it): every
+          // slot of the group is summed and the sum kept only for real sources (a select, so the bytes are those
+          // of summing ranks 0..n-1 in order).
+          ROCENANTE_UNROLL
+          for (int g = 0; g < group; ++g) {
+            const uint4 w = q0 + g == r ? own_raw : raw[g];
+            const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&w);
+            if (q0 + g == 0) {
+              acc = reduce::widen<R>(x);
+            } else {
+              reduce::accum_packet<R> t = acc;
+              reduce::accumulate<R>(t, x);
+              if (q0 + g < n) acc = t;
+            }
           }
         }
-      }
+      };
+      if (n <= 4)
+        sum_groups(std::integral_constant<int, 4>{});
+      else
+        sum_groups(std::integral_constant<int, 8>{});
       epi(i * reduce::lanes<R>, acc);
       reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
     }
