@@ -11,7 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 gpu_header
 gpu_prebuilt
-gpu_deadline 270
+gpu_deadline ${S10_DEADLINE:-270}
 pdl="ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1"
 small='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:(12|16)/threads:256/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph|copy'
 gpu_bench receipt-decode $B/rocenante-bench-gpu "$small" $pdl
