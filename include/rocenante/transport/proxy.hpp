@@ -249,7 +249,12 @@ class proxy_thread {
   void run(Owner* owner, post_queue* queues, std::uint32_t parts, idle_policy idle) {
     std::vector<std::uint64_t> tails(parts, 0);
     std::uint64_t empty = 0;
-    auto fn = [owner](const post& e) { owner->post_one(e); };
+    // A post is counted before it is carried out: a peer that has received it (and a test that waited for that
+    // peer) then finds it in stats() — counted after the drain, it could still be missing there.
+    auto fn = [this, owner](const post& e) {
+      posts_.fetch_add(1, std::memory_order_relaxed);
+      owner->post_one(e);
+    };
     for (;;) {
       if constexpr (requires { owner->progress(); }) owner->progress();
       if (stop_.load(std::memory_order_acquire)) {
@@ -266,7 +271,6 @@ class proxy_thread {
       const std::uint64_t got = drain_queues(queues, parts, tails.data(), fn);
       if (got) {
         busy_ns_.fetch_add(detail::now_ns() - t0, std::memory_order_relaxed);
-        posts_.fetch_add(got, std::memory_order_relaxed);
         drains_.fetch_add(1, std::memory_order_relaxed);
         empty = 0;
         continue;
