@@ -440,7 +440,78 @@ TEST_SUITE("gpu.epilogue") {
   }
 }
 
+/// Lets the kernel after it launch at once (programmatic dependent launch), waits `hold_ns`, then writes
+/// in[i] = value + i % 7: a collective that read its input before its wait for this kernel would see the old values.
+__global__ void produce_late(__nv_bfloat16* in, std::size_t count, float value, unsigned long long hold_ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < hold_ns);
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x)
+    in[i] = __float2bfloat16(value + float(i % 7));
+}
+
 TEST_SUITE("gpu.graph") {
+  TEST_CASE("programmatic launch: a decode-size all-reduce reads the input its predecessor wrote late") {
+    // Each pair in the graph: a kernel that lets the next one launch early and writes the input only after 20 us,
+    // then the all-reduce of that input (the decode-size kernel, whose wait for its predecessor comes after its
+    // plan: kernel::dependency_gate). Every pair writes other values into the same buffer, so an all-reduce that
+    // read its input (or its epoch) before that wait returns a sum of the previous pair's values.
+    for (const int n : {2, 4}) {  // 2 ranks: the LL path; 4: packets + flag
+      CAPTURE(n);
+      options o = gpu::default_options();
+      o.capacity_bytes = 1 << 20;
+      o.timeout_ns = 5'000'000'000ull;
+      using T = __nv_bfloat16;
+      constexpr std::size_t count = 4096;  // 8 KiB
+      constexpr int pairs = 8, replays = 50;
+      std::atomic<int> failures{0};
+      host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+        const int r = b.rank();
+        gpu::communicator<> comm(b, o);
+        comm.set_programmatic_launch(true);
+        REQUIRE(comm.path_for<T>(count) >= kernel::reduce_path::small);  // the kernel under test
+        gpu_rank gr;
+        dev_buf<T> in(count);
+        std::vector<std::unique_ptr<dev_buf<T>>> out;
+        for (int k = 0; k < pairs; ++k) out.push_back(std::make_unique<dev_buf<T>>(count));
+        cudaGraph_t graph;
+        CUDA_REQUIRE(cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal));
+        for (int k = 0; k < pairs; ++k) {
+          produce_late<<<1, 256, 0, gr.stream>>>(in.p, count, float((r + 1) * (k + 1)), 20'000);
+          REQUIRE(comm.all_reduce(in.p, out[k]->p, count, gr.stream) == status::ok);
+        }
+        CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
+        cudaGraphExec_t exec;
+        CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+        pinned<T> got(count);
+        b.barrier();
+        int bad = 0;
+        for (int rep = 0; rep < replays && bad == 0; ++rep) {
+          cudaMemsetAsync(in.p, 0, count * sizeof(T), gr.stream);
+          cudaGraphLaunch(exec, gr.stream);
+          for (int k = 0; k < pairs && bad == 0; ++k) {
+            cudaMemcpyAsync(got.data(), out[k]->p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+            if (cudaStreamSynchronize(gr.stream) != cudaSuccess) { ++bad; break; }
+            for (std::size_t i = 0; i < count; ++i) {
+              float want = 0;
+              for (int q = 0; q < n; ++q) want += float((q + 1) * (k + 1)) + float(i % 7);
+              bad += __bfloat162float(got[i]) != want;
+            }
+            if (bad) MESSAGE("rank " << r << " replay " << rep << " pair " << k << ": " << bad << " wrong; " << comm.check_health().message);
+          }
+        }
+        failures += bad;
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        CHECK(comm.check_health().ok());
+      });
+      CHECK(failures.load() == 0);
+    }
+  }
+
   TEST_CASE("1000 graph replays mixing all-reduce and all-gather of different sizes and grid sizes stay correct") {
    for (const bool pdl : {false, true}) {
     CAPTURE(pdl);  // also with programmatic dependent launch (opt-in): edges between the captured kernels

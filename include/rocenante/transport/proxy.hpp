@@ -194,7 +194,7 @@ struct proxy_memory {
 
 /// What the proxy measured, for the breakdown of where proxy-mode time goes.
 struct proxy_stats {
-  std::uint64_t posts = 0;         ///< descriptors posted
+  std::uint64_t posts = 0;         ///< descriptors posted (counted as the proxy takes each, before carrying it out)
   std::uint64_t bytes = 0;         ///< payload bytes moved
   std::uint64_t busy_ns = 0;       ///< time spent inside post_one (copy + flag)
   std::uint64_t drains = 0;        ///< polls that found work
