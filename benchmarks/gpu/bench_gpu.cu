@@ -252,12 +252,16 @@ void register_floors() {
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, threads, pdl); })
               ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }
-  // The library's own shape at 48 KiB (min_part_bytes 4096: 12 parts of 256 packets, one CTA of 256 threads each).
-  for (int n : {2, 4, 8}) {
-    const std::string name = "floor/one_shot_minimal/bf16/bytes:49152/ranks:" + std::to_string(n) + "/ctas:12/threads:256/pdl:1/graph:1";
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, 49152, 12, 256, true); })
-        ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
-  }
+  // The library's own shapes at 48 KiB: min_part_bytes 4096 (the default: 12 parts of 256 packets, one CTA of 256
+  // threads each) and 3072 (16 parts of 192 packets; ROCENANTE_BENCH_MIN_PART=3072).
+  for (int n : {2, 4, 8})
+    for (unsigned ctas : {12u, 16u}) {
+      const unsigned threads = 3072 / ctas;
+      const std::string name = "floor/one_shot_minimal/bf16/bytes:49152/ranks:" + std::to_string(n) + "/ctas:" +
+                               std::to_string(ctas) + "/threads:" + std::to_string(threads) + "/pdl:1/graph:1";
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, 49152, ctas, threads, true); })
+          ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+    }
   // The instruction-fetch experiment (never-run code between the phases) and the protocol's features added one by
   // one (vote, checked poll, finish barrier; 7 = all three): floor.cuh.
   for (int n : {2, 4, 8})

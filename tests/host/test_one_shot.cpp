@@ -71,3 +71,44 @@ TEST_SUITE("host.one_shot.ranks") {
     check_all_reduce_against_reference<one_shot, __nv_bfloat16>(max_ranks, o, 12);
   }
 }
+
+namespace {
+
+/// Transport T whose handle is transport::fixed_ranks<T's handle, N>: the algorithms built with the rank count a
+/// compile-time constant (the GPU's decode-size kernels at 2, 4 and 8 ranks with ROCENANTE_SMALL_FIXED_RANKS).
+template <class T, int N>
+struct fixed_ranks_transport : T {
+  using handle_type = rocenante::transport::fixed_ranks<typename T::handle_type, N>;
+  using T::T;
+  handle_type handle() const { return rocenante::transport::with_fixed_ranks<N>(T::handle()); }
+};
+
+template <int N>
+void fixed_ranks_cases(std::uint64_t id) {
+  using fixed = fixed_ranks_transport<rocenante::transport::loopback, N>;
+  static_assert(rocenante::transport::check_transport<fixed>());
+  static_assert(rocenante::transport::fixed_ranks_of<typename fixed::handle_type>() == N);
+  for (bool multi_part : {false, true}) {
+    CAPTURE(multi_part);
+    check_all_reduce_against_reference<one_shot, __nv_bfloat16, fixed>(N, reference_options(multi_part), id * 4 + multi_part);
+    check_all_reduce_against_reference<one_shot, float, fixed>(N, reference_options(multi_part), id * 4 + 2 + multi_part);
+  }
+  check_all_reduce_against_reference<rocenante::algorithm::ring, __half, fixed>(N, reference_options(true), id * 4 + 3);
+}
+
+}  // namespace
+
+TEST_SUITE("host.fixed_ranks") {
+  TEST_CASE("a handle with its rank count fixed at compile time gives the reference's bytes at 2, 4 and 8 ranks") {
+    fixed_ranks_cases<2>(20);
+    fixed_ranks_cases<4>(21);
+    fixed_ranks_cases<8>(22);
+  }
+  TEST_CASE("with_fixed_ranks refuses a handle of another rank count") {
+    rocenante::transport::direct_handle h{};
+    h.ranks_ = 3;
+    CHECK(rocenante::transport::fixed_ranks_of<rocenante::transport::direct_handle>() == 0);
+    CHECK(rocenante::transport::with_fixed_ranks<3>(h).ranks() == 3);
+    CHECK_THROWS_AS(rocenante::transport::with_fixed_ranks<4>(h), std::invalid_argument);
+  }
+}

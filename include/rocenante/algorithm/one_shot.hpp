@@ -27,6 +27,7 @@
 #include "../protocol/flags.hpp"
 #include "../protocol/layout.hpp"
 #include "../reduce/packet.hpp"
+#include "../transport/concepts.hpp"
 #include "concepts.hpp"
 #include "partition.hpp"
 
@@ -180,7 +181,11 @@ struct one_shot {
           }
         }
       };
-      if (n <= 4)
+      // A known rank count (transport::fixed_ranks): one group of exactly n sources up to 8 ranks.
+      constexpr int fixed = transport::fixed_ranks_of<typename Session::handle_type>();
+      if constexpr (fixed > 0)
+        sum_groups(std::integral_constant<int, (fixed < 8 ? fixed : 8)>{});
+      else if (n <= 4)
         sum_groups(std::integral_constant<int, 4>{});
       else
         sum_groups(std::integral_constant<int, 8>{});
@@ -506,6 +511,10 @@ struct one_shot {
     const int n = h.ranks(), r = h.rank();
     if constexpr (Session::handle_type::shared_staging) {
       if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), off), v);
+    } else if constexpr (transport::fixed_ranks_of<typename Session::handle_type>() > 0) {
+      ROCENANTE_UNROLL  // a known rank count (transport::fixed_ranks): one store per peer, no loop
+      for (int q = 0; q < n; ++q)
+        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
     } else {
 #if ROCENANTE_COMPACT_KERNELS && ROCENANTE_DEVICE_PASS
 #pragma unroll 1

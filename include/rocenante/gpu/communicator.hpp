@@ -202,14 +202,46 @@ class communicator {
   }
 
  private:
+  /// The decode-size kernels at 2, 4 and 8 ranks run over transport::fixed_ranks (every loop over ranks unrolled)
+  /// when ROCENANTE_SMALL_FIXED_RANKS is 1; every rank has the same rank count, so every rank launches the same
+  /// variant, and the bytes are those of the plain kernel.
   template <class A, class R, class Epilogue, kernel::reduce_path Path, class T>
   status launch_all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
+    if constexpr (kernel::small_fixed_ranks && (Path == kernel::reduce_path::small || Path == kernel::reduce_path::small_ll)) {
+      // small_ll serves at most ll_max_ranks ranks (one_shot::uses_ll): no kernel for more
+      constexpr int most = Path == kernel::reduce_path::small_ll ? ll_max_ranks : 8;
+      switch (size()) {
+        case 2:
+          if constexpr (most >= 2) return launch_over<A, R, Epilogue, Path>(fixed_context<2>(), in, out, count, stream, epi);
+          break;
+        case 4:
+          if constexpr (most >= 4) return launch_over<A, R, Epilogue, Path>(fixed_context<4>(), in, out, count, stream, epi);
+          break;
+        case 8:
+          if constexpr (most >= 8) return launch_over<A, R, Epilogue, Path>(fixed_context<8>(), in, out, count, stream, epi);
+          break;
+        default:
+          break;
+      }
+    }
+    return launch_over<A, R, Epilogue, Path>(ctx_, in, out, count, stream, epi);
+  }
+
+  /// This rank's device context over transport::fixed_ranks<handle_type, N> (size() == N).
+  template <int N>
+  device::context<transport::fixed_ranks<handle_type, N>> fixed_context() const {
+    return {transport::fixed_ranks<handle_type, N>{ctx_.handle}, ctx_.state, ctx_.mirror, ctx_.policy};
+  }
+
+  template <class A, class R, class Epilogue, kernel::reduce_path Path, class H, class T>
+  status launch_over(const device::context<H>& ctx, const T* in, T* out, std::size_t count, cudaStream_t stream,
+                     const Epilogue& epi) {
     const algorithm::launch_split sp = split_for<T, A>(count);
     std::uint64_t capacity = capacity_;
     if constexpr (!std::is_same_v<Epilogue, algorithm::no_epilogue>) {
       // A user epilogue makes a kernel of its own, whose registers may allow fewer resident CTAs than the
       // kernels measured at set-up: check that every rank on this GPU still fits (once per instantiation).
-      static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, handle_type, Epilogue, Path>);
+      static const int per_sm = resident_per_sm(kernel::all_reduce<A, R, H, Epilogue, Path>);
       if (std::uint64_t(sharing_) * sp.ctas > std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm))
         return reject_in_sequence(
             stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
@@ -223,8 +255,8 @@ class communicator {
         Path == kernel::reduce_path::small || Path == kernel::reduce_path::small_ll
             ? kernel::small_threads(protocol::ceil_div(protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes), sp.parts))
             : unsigned{threads};
-    return launched(launch(kernel::all_reduce<A, R, handle_type, Epilogue, Path>, sp.ctas, block, stream, capacity,
-                           ctx_, in, out, count, sp.parts, epi));
+    return launched(launch(kernel::all_reduce<A, R, H, Epilogue, Path>, sp.ctas, block, stream, capacity, ctx, in, out,
+                           count, sp.parts, epi));
   }
 
  public:
@@ -372,6 +404,13 @@ class communicator {
     };
     occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type>);
     occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type, algorithm::no_epilogue, kernel::reduce_path::small>);
+    if constexpr (kernel::small_fixed_ranks) {  // the variants this rank count launches (launch_all_reduce)
+      using bf16 = reduce::sum<__nv_bfloat16>;
+      constexpr auto small = kernel::reduce_path::small;
+      if (b.size() == 2) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue, small>);
+      if (b.size() == 4) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 4>, algorithm::no_epilogue, small>);
+      if (b.size() == 8) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 8>, algorithm::no_epilogue, small>);
+    }
     occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
     const std::uint64_t need = std::uint64_t(sharing) * max_ctas();

@@ -61,6 +61,16 @@ enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3
 #ifndef ROCENANTE_SMALL_KERNEL
 #define ROCENANTE_SMALL_KERNEL 1
 #endif
+/// Whether gpu::communicator launches the decode-size kernels (reduce_path::small, small_ll) at 2, 4 and 8 ranks
+/// over transport::fixed_ranks — the rank count a template parameter, every loop over ranks unrolled, the reduce
+/// loading exactly n sources — (1) or over the plain handle (0, the default until a side-by-side run on the H200
+/// shows the fixed kernels faster: tools/gpu/s11-run.sh). 1 adds up to four kernels per reduction and epilogue
+/// (compile time). One value per program.
+#ifndef ROCENANTE_SMALL_FIXED_RANKS
+#define ROCENANTE_SMALL_FIXED_RANKS 0
+#endif
+inline constexpr bool small_fixed_ranks = ROCENANTE_SMALL_FIXED_RANKS != 0;
+
 /// Fewest threads of a reduce_path::small launch (tuning experiments; one value per program).
 #ifndef ROCENANTE_SMALL_MIN_THREADS
 #define ROCENANTE_SMALL_MIN_THREADS 64

@@ -31,6 +31,8 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "../core/atomic.hpp"
@@ -53,6 +55,36 @@ concept transport_handle =
       { h.local_flag(index) } -> std::same_as<std::uint64_t*>;
       h.signal(peer, slot, off, off, index, value);
     };
+
+/// Handle H with its rank count made the compile-time constant N: the same object (no members of its own), whose
+/// ranks() is N. Code built over it (protocol/, algorithm/) sees every loop over ranks with a known trip count —
+/// unrolled, no per-peer bounds checks, loads for sources past the last rank dropped — and is otherwise the code
+/// built over H: the same bytes on the wire and in the result. Build one only from a handle whose ranks() is N
+/// (with_fixed_ranks checks). gpu::communicator launches its decode-size kernels over it at 2, 4 and 8 ranks when
+/// ROCENANTE_SMALL_FIXED_RANKS is 1 (kernel/collectives.cuh).
+template <class H, int N>
+struct fixed_ranks : H {
+  static_assert(N >= 1, "a fixed rank count is at least 1");
+  static constexpr int fixed_rank_count = N;
+  ROCENANTE_HOST_DEVICE static constexpr int ranks() { return N; }
+};
+
+/// N for fixed_ranks<H, N>, 0 for a handle whose rank count is a run-time value.
+template <class H>
+ROCENANTE_HOST_DEVICE constexpr int fixed_ranks_of() {
+  if constexpr (requires { H::fixed_rank_count; })
+    return H::fixed_rank_count;
+  else
+    return 0;
+}
+
+/// `h` as fixed_ranks<H, N>; throws std::invalid_argument when h.ranks() != N (host code).
+template <int N, class H>
+fixed_ranks<H, N> with_fixed_ranks(const H& h) {
+  if (h.ranks() != N)
+    throw std::invalid_argument("fixed_ranks: the handle has " + std::to_string(h.ranks()) + " ranks, not " + std::to_string(N));
+  return fixed_ranks<H, N>{h};
+}
 
 template <class T>
 concept transport = requires(T& t) {

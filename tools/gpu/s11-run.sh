@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tools/gpu/s11-run.sh PART — prepared 2026-12-05 (session 10, no device lent) for the next device calls; binaries from
+# `tools/gpu/prepare.sh fixed=-DROCENANTE_SMALL_FIXED_RANKS=1` (carry .deps). Two calls, each with a deadline
+# (S11_DEADLINE, default 540 s; logs always packed):
+#   PART=a  1. the gpu suite, default build: first run of "programmatic launch: a decode-size all-reduce reads the
+#              input its predecessor wrote late" (kernel::dependency_gate)
+#           2. the gpu suite with the decode-size kernels over transport::fixed_ranks (ROCENANTE_SMALL_FIXED_RANKS=1)
+#           3. side by side, 8 / 48 KiB at 2, 4 and 8 ranks, graph, programmatic launch: default | fixed ranks |
+#              default with 16 CTAs of 192 threads at 48 KiB (ROCENANTE_BENCH_MIN_PART=3072; s7b and s8 had it
+#              0.04-0.15 us faster) | fixed ranks with 3072 | default again (drift); floors in both shapes
+#           4. examples 01 and 02
+#   PART=b  (after the winner of a is made the default and the binaries rebuilt) 1. the receipt's decode rows
+#           (docs/results/h200-loopback.json) 2. compute-sanitizer memcheck, racecheck, synccheck on the one-rank
+#           subset 3. one-shot and ring at 1, 4 and 16 MiB, 4 ranks (the crossover) 4. the phase tracer, 48 KiB, 4 ranks
+#           5. the nvfp4 suite
+source "$(dirname "$0")/lib.sh"
+gpu_header
+gpu_prebuilt
+gpu_deadline "${S11_DEADLINE:-540}"
+pdl="ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1"
+decode='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1'
+floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:(12/threads:256|16/threads:192)/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph'
+case "${1:-a}" in
+  a)
+    step gpu-tests-collectives 130 $B/test_gpu_collectives
+    step gpu-tests-fixed 130 $B/test_gpu_collectives-fixed
+    gpu_bench decode-default $B/rocenante-bench-gpu "$decode|$floors" $pdl
+    gpu_bench decode-fixed $B/rocenante-bench-gpu-fixed "$decode" $pdl
+    gpu_bench decode-3072 $B/rocenante-bench-gpu "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
+    gpu_bench decode-fixed-3072 $B/rocenante-bench-gpu-fixed "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
+    gpu_bench decode-default-again $B/rocenante-bench-gpu "$decode" $pdl
+    for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 30 $B/$e; say "  $(tail -1 "$OUT/example-$e.log" 2>/dev/null)"; done
+    ;;
+  b)
+    small='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
+    gpu_bench receipt-decode $B/rocenante-bench-gpu "$small" $pdl
+    step san-memcheck 70 compute-sanitizer --tool memcheck $B/test_gpu_collectives -tc='one rank*'
+    step san-racecheck 70 compute-sanitizer --tool racecheck $B/test_gpu_collectives -tc='one rank*'
+    step san-synccheck 70 compute-sanitizer --tool synccheck $B/test_gpu_collectives -tc='one rank*'
+    gpu_bench large4 $B/rocenante-bench-gpu 'all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216)/ranks:4/graph:1'
+    l=$(left 30); if [ "$l" -ge 10 ]; then timeout "$l" $B/rocenante-trace-phases 49152 4 16 >"$OUT/trace.log" 2>&1; say "trace: rc=$?"; grep -vE "^$" "$OUT/trace.log" | tee -a "$S"; fi
+    step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
+    ;;
+esac
+gpu_pack
