@@ -41,6 +41,40 @@
 #define ROCENANTE_COLD inline
 #endif
 
+/// Whether the decode-size all-reduce (one_shot::all_reduce_small) loads a plain input (16-byte aligned, whole
+/// packets) with one 16-byte load issued before enter()'s epoch and poison loads and not waited for until the
+/// staging (1), or through load_user, whose branch made the warp wait for the input before enter()'s loads (0, the
+/// default until measured side by side: tools/gpu/s11-run.sh). The same bytes either way. One value per program.
+#ifndef ROCENANTE_SMALL_EARLY_INPUT
+#define ROCENANTE_SMALL_EARLY_INPUT 0
+#endif
+
+/// Whether detail::held() makes values opaque to the compiler (1) or returns them unchanged (0, the default until
+/// measured side by side: tools/gpu/s11-run.sh). ptxas recomputes cheap values from a kernel's parameters where they
+/// are used, to save registers: in the decode-size all-reduce that put the reduce's source addresses (27
+/// instructions, a constant-bank load among them) between the barrier after the wait and the first load, and the
+/// call signature's hash (11 dependent instructions) between the staging barrier and the flag's release. One value
+/// per program.
+#ifndef ROCENANTE_SMALL_HOLD_ADDRESSES
+#define ROCENANTE_SMALL_HOLD_ADDRESSES 0
+#endif
+
+namespace rocenante::detail {
+/// `v`, computed where this call stands and kept in a register from there on (an empty asm that "changes" it, so
+/// the compiler cannot recompute it later) when ROCENANTE_SMALL_HOLD_ADDRESSES is 1; otherwise `v` itself.
+template <class T>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE T held(T v) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "held() keeps 32- or 64-bit values (offsets, pointers, words)");
+#if ROCENANTE_SMALL_HOLD_ADDRESSES && defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 8)
+    asm volatile("" : "+l"(v));
+  else
+    asm volatile("" : "+r"(v));
+#endif
+  return v;
+}
+}  // namespace rocenante::detail
+
 #define ROCENANTE_VERSION_MAJOR 0
 #define ROCENANTE_VERSION_MINOR 1
 #define ROCENANTE_VERSION_PATCH 0

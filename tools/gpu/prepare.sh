@@ -3,7 +3,8 @@
 # sm_90a from the checkout into .deps/bin (the device call carries .deps), with .deps/commit = HEAD. Builds the gpu
 # suites, the GPU benchmark, the phase tracer and examples 01 and 02 in build-dev/, then for each VARIANT=FLAGS the
 # benchmark and the gpu collectives suite with those flags (tools/gpu/build-variant.sh: rocenante-bench-gpu-VARIANT,
-# test_gpu_collectives-VARIANT). Sets up .deps (doctest and nccl.h headers, Google Benchmark's library) when missing.
+# test_gpu_collectives-VARIANT; with PREPARE_TESTS="NAME ..." the suite only for those variants: a device call carries
+# at most 64 MiB). Sets up .deps (doctest and nccl.h headers, Google Benchmark's library) when missing.
 # Example: tools/gpu/prepare.sh fixed=-DROCENANTE_SMALL_FIXED_RANKS=1
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd); cd "$root"
@@ -22,8 +23,10 @@ for v in "$@"; do
   name=${v%%=*}; flags=${v#*=}
   # shellcheck disable=SC2086
   tools/gpu/build-variant.sh "$name" $flags
-  # shellcheck disable=SC2086
-  TESTS=1 tools/gpu/build-variant.sh "$name" $flags
+  if [ -z "${PREPARE_TESTS+x}" ] || [[ " $PREPARE_TESTS " == *" $name "* ]]; then
+    # shellcheck disable=SC2086
+    TESTS=1 tools/gpu/build-variant.sh "$name" $flags
+  fi
 done
 du -sh .deps | sed 's/^/prepare: carried size /'
 ls .deps/bin

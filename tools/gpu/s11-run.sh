@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# tools/gpu/s11-run.sh PART — prepared 2026-12-05 (session 10, no device lent) for the next device calls; binaries from
-# `tools/gpu/prepare.sh fixed=-DROCENANTE_SMALL_FIXED_RANKS=1 fixedc0="-DROCENANTE_SMALL_FIXED_RANKS=1
-# -DROCENANTE_COMPACT_KERNELS=0"` (carry .deps). Two calls, each with a deadline
-# (S11_DEADLINE, default 540 s; logs always packed):
-#   PART=a  1. the gpu suite, default build: first run of "programmatic launch: a decode-size all-reduce reads the
-#              input its predecessor wrote late" (kernel::dependency_gate)
-#           2. the gpu suite with the decode-size kernels over transport::fixed_ranks (ROCENANTE_SMALL_FIXED_RANKS=1)
-#           3. side by side, 8 / 48 KiB at 2, 4 and 8 ranks, graph, programmatic launch: default | fixed ranks |
-#              default with 16 CTAs of 192 threads at 48 KiB (ROCENANTE_BENCH_MIN_PART=3072; s7b and s8 had it
-#              0.04-0.15 us faster) | fixed ranks with 3072 | fixed ranks, everything inlined (compact off), 3072 |
-#              default again (drift); floors in both shapes
+# tools/gpu/s11-run.sh PART — prepared 2026-12-05 (session 10, no device lent) for the next device calls. Binaries
+# (variants cumulative: e = the input loaded early, eh = e + reduce addresses held, ehf = eh + fixed rank counts,
+# ehfc0 = ehf with compact kernels off):
+#   PREPARE_TESTS=ehf tools/gpu/prepare.sh e=-DROCENANTE_SMALL_EARLY_INPUT=1 \
+#     eh="-DROCENANTE_SMALL_EARLY_INPUT=1 -DROCENANTE_SMALL_HOLD_ADDRESSES=1" \
+#     ehf="-DROCENANTE_SMALL_EARLY_INPUT=1 -DROCENANTE_SMALL_HOLD_ADDRESSES=1 -DROCENANTE_SMALL_FIXED_RANKS=1" \
+#     ehfc0="-DROCENANTE_SMALL_EARLY_INPUT=1 -DROCENANTE_SMALL_HOLD_ADDRESSES=1 -DROCENANTE_SMALL_FIXED_RANKS=1 -DROCENANTE_COMPACT_KERNELS=0"
+# then the device call with carry [".deps"]. Two calls, each with a deadline (S11_DEADLINE, default 540 s; logs
+# always packed):
+#   PART=a  1. the gpu suite, default build: the first run of "programmatic launch: a decode-size all-reduce reads
+#              the input its predecessor wrote late" (kernel::dependency_gate)
+#           2. the gpu suite with all three changes (ehf)
+#           3. side by side, 8 / 48 KiB at 2, 4 and 8 ranks, graph, programmatic launch, at most 16 CTAs: default |
+#              default with 16 CTAs of 192 threads at 48 KiB (ROCENANTE_BENCH_MIN_PART=3072; s7b and s8 had that
+#              shape 0.04-0.15 us faster) | e, eh, ehf, ehfc0 with 3072 | default again (drift); floors in both shapes
 #           4. examples 01 and 02
-#   PART=b  (after the winner of a is made the default and the binaries rebuilt) 1. the receipt's decode rows
+#   PART=b  (after the winners of a are made the defaults and the binaries rebuilt) 1. the receipt's decode rows
 #           (docs/results/h200-loopback.json) 2. compute-sanitizer memcheck, racecheck, synccheck on the one-rank
 #           subset 3. one-shot and ring at 1, 4 and 16 MiB, 4 ranks (the crossover) 4. the phase tracer, 48 KiB, 4 ranks
 #           5. the nvfp4 suite
@@ -25,12 +29,12 @@ floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:(12/threads:2
 case "${1:-a}" in
   a)
     step gpu-tests-collectives 130 $B/test_gpu_collectives
-    step gpu-tests-fixed 130 $B/test_gpu_collectives-fixed
+    step gpu-tests-ehf 130 $B/test_gpu_collectives-ehf
     gpu_bench decode-default $B/rocenante-bench-gpu "$decode|$floors" $pdl
-    gpu_bench decode-fixed $B/rocenante-bench-gpu-fixed "$decode" $pdl
     gpu_bench decode-3072 $B/rocenante-bench-gpu "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
-    gpu_bench decode-fixed-3072 $B/rocenante-bench-gpu-fixed "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
-    gpu_bench decode-fixedc0-3072 $B/rocenante-bench-gpu-fixedc0 "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
+    for v in e eh ehf ehfc0; do
+      gpu_bench decode-$v-3072 $B/rocenante-bench-gpu-$v "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
+    done
     gpu_bench decode-default-again $B/rocenante-bench-gpu "$decode" $pdl
     for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 30 $B/$e; say "  $(tail -1 "$OUT/example-$e.log" 2>/dev/null)"; done
     ;;

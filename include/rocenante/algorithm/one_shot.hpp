@@ -125,7 +125,7 @@ struct one_shot {
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
-    const std::uint64_t stride = source_stride<R>(h.layout(), count);
+    const std::uint64_t stride = detail::held(source_stride<R>(h.layout(), count));
     const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
     const std::uint64_t base = r * stride;
     const std::uint64_t i = pr.begin + team.thread();
@@ -133,11 +133,25 @@ struct one_shot {
     gate();
     s.started();
     reduce::value_packet<R> own{};
+#if ROCENANTE_SMALL_EARLY_INPUT
+    // A plain input (16-byte aligned, whole packets: one answer for the whole call) is one 16-byte load into `own`,
+    // with nothing that uses it before enter(): the epoch and poison loads go out while it is in flight. Through
+    // load_user (a branch to the byte-wise path) the join after the branch moved the loaded registers, and the warp
+    // waited there for the input before it issued enter()'s loads: two memory latencies in a row (sm_90a SASS).
+    // Any other input is loaded after enter().
+    const bool plain = is_plain_input<R>(in, count);
+    if (mine && plain) own = reduce::load_packet_issue<R>(in + i * reduce::lanes<R>);
+    if (!s.enter()) return false;
+    if (mine && !plain) own = reduce::load_user<R>(in, i, count);
+#else
     if (mine) own = reduce::load_user<R>(in, i, count);  // before enter: needs no sequence number
     if (!s.enter()) return false;
+#endif
     s.trace(0);
     s.trace(1);
     if (mine) put_packet<R>(s, base + i * packet_bytes, own);
+    // This thread's packet in source 0 of this slot; source q is q * stride further.
+    const std::byte* const src0 = detail::held(h.recv_ptr(s.slot(), i * packet_bytes));
     team.sync();
     if (!signal_and_wait(s, base, pr)) return false;
     s.trace(4);
@@ -162,7 +176,7 @@ struct one_shot {
           ROCENANTE_UNROLL
           for (int g = 0; g < group; ++g) {
             const int q = q0 + g < n ? q0 + g : r;
-            raw[g] = reduce::load_raw_issue(h.recv_ptr(s.slot(), q * stride + i * packet_bytes));
+            raw[g] = reduce::load_raw_issue(src0 + q * stride);
           }
           // No branch here either (a `break` at the last rank let the compiler sink each load behind it): every
           // slot of the group is summed and the sum kept only for real sources (a select, so the bytes are those

@@ -63,7 +63,13 @@ class session {
 
   ROCENANTE_HOST_DEVICE session(Team& team, Handle& handle, rank_state* state, wait_policy policy,
                                 std::uint32_t signature, std::uint32_t part, rank_state* mirror = nullptr)
-      : team_(team), h_(handle), state_(state), mirror_(mirror), policy_(policy), signature_(signature), part_(part) {}
+      : team_(team),
+        h_(handle),
+        state_(state),
+        mirror_(mirror),
+        policy_(policy),
+        signature_(detail::held(signature)),  // computed once, before the call's first wait (config.hpp)
+        part_(part) {}
 
   /// Every team thread calls. Returns false when the rank is poisoned; the caller returns at once.
   /// Both words are read with relaxed loads issued together (one memory latency, not two): the previous
