@@ -17,6 +17,9 @@ git rev-parse HEAD > .deps/commit
 [ -d build-dev ] || meson setup build-dev -Dgpu_archs=90a -Dextra_include="$root/.deps/include" >/dev/null
 targets=(tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-gpu
          benchmarks/gpu/rocenante-trace-phases examples/01_user_kernel examples/02_tp_mlp_decode)
+# meson's nvcc rules record no header dependencies: touch the sources so that a header change rebuilds them
+touch tests/gpu/test_gpu_collectives.cu tests/gpu/test_gpu_nvfp4.cu benchmarks/gpu/bench_gpu.cu benchmarks/gpu/trace_phases.cu \
+  examples/01_user_kernel.cu examples/02_tp_mlp_decode.cu
 ninja -C build-dev -j2 "${targets[@]}"
 for t in "${targets[@]}"; do cp "build-dev/$t" .deps/bin/; done
 for v in "$@"; do
