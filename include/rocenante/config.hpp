@@ -60,8 +60,10 @@
 #endif
 
 namespace rocenante::detail {
-/// `v`, computed where this call stands and kept in a register from there on (an empty asm that "changes" it, so
-/// the compiler cannot recompute it later) when ROCENANTE_SMALL_HOLD_ADDRESSES is 1; otherwise `v` itself.
+/// `v` behind an empty asm that "changes" it when ROCENANTE_SMALL_HOLD_ADDRESSES is 1, otherwise `v` itself. The
+/// compiler's front end (NVVM) then computes it where this call stands and cannot sink or recompute it past this
+/// point; ptxas, which sees no instruction there, may still rematerialize it. What it changed is read in the SASS
+/// (design.md §1.4), what it saves on the H200 (tools/gpu/s11-run.sh).
 template <class T>
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE T held(T v) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "held() keeps 32- or 64-bit values (offsets, pointers, words)");
