@@ -43,8 +43,9 @@
 
 /// Whether the decode-size all-reduce (one_shot::all_reduce_small) loads a plain input (16-byte aligned, whole
 /// packets) with one 16-byte load issued before enter()'s epoch and poison loads and not waited for until the
-/// staging (1), or through load_user, whose branch made the warp wait for the input before enter()'s loads (0, the
-/// default until measured side by side: tools/gpu/s11-run.sh). The same bytes either way. One value per program.
+/// staging (1), or through load_user, whose branch made the fixed-rank kernels wait for the input before enter()'s
+/// loads (0, the default until measured side by side: tools/gpu/s11-run.sh). The same bytes either way. One value
+/// per program.
 #ifndef ROCENANTE_SMALL_EARLY_INPUT
 #define ROCENANTE_SMALL_EARLY_INPUT 0
 #endif

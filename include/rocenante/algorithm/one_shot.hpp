@@ -136,8 +136,9 @@ struct one_shot {
 #if ROCENANTE_SMALL_EARLY_INPUT
     // A plain input (16-byte aligned, whole packets: one answer for the whole call) is one 16-byte load into `own`,
     // with nothing that uses it before enter(): the epoch and poison loads go out while it is in flight. Through
-    // load_user (a branch to the byte-wise path) the join after the branch moved the loaded registers, and the warp
-    // waited there for the input before it issued enter()'s loads: two memory latencies in a row (sm_90a SASS).
+    // load_user (a branch to the byte-wise path) the fixed-rank kernels' register allocation moved the loaded
+    // registers right after the load, so the warp waited for the input before it issued enter()'s loads: two memory
+    // latencies in a row (sm_90a SASS; the plain kernel loads into the joined registers and has no such wait).
     // Any other input is loaded after enter().
     const bool plain = is_plain_input<R>(in, count);
     if (mine && plain) own = reduce::load_packet_issue<R>(in + i * reduce::lanes<R>);
