@@ -8,12 +8,13 @@
 #     ehfc0="-DROCENANTE_SMALL_EARLY_INPUT=1 -DROCENANTE_SMALL_HOLD_ADDRESSES=1 -DROCENANTE_SMALL_FIXED_RANKS=1 -DROCENANTE_COMPACT_KERNELS=0"
 # then the device call with carry [".deps"]. Two calls, each with a deadline (S11_DEADLINE, default 540 s; logs
 # always packed):
-#   PART=a  1. the gpu suite, default build: the first run of "programmatic launch: a decode-size all-reduce reads
+#   PART=a  1. side by side, 8 / 48 KiB at 2, 4 and 8 ranks, graph, programmatic launch, at most 16 CTAs: default
+#              (with floors in both shapes) | ehf with 16 CTAs of 192 threads at 48 KiB (ROCENANTE_BENCH_MIN_PART=3072;
+#              s7b and s8 had that shape 0.04-0.15 us faster) | default with 3072 | ehf with 4096 | e, eh, ehfc0
+#              with 3072 | default again (drift)
+#           2. the gpu suite, default build: the first run of "programmatic launch: a decode-size all-reduce reads
 #              the input its predecessor wrote late" (kernel::dependency_gate)
-#           2. the gpu suite with all three changes (ehf)
-#           3. side by side, 8 / 48 KiB at 2, 4 and 8 ranks, graph, programmatic launch, at most 16 CTAs: default |
-#              default with 16 CTAs of 192 threads at 48 KiB (ROCENANTE_BENCH_MIN_PART=3072; s7b and s8 had that
-#              shape 0.04-0.15 us faster) | e, eh, ehf, ehfc0 with 3072 | default again (drift); floors in both shapes
+#           3. the gpu suite with all three changes (ehf)
 #           4. examples 01 and 02
 #   PART=b  (after the winners of a are made the defaults and the binaries rebuilt) 1. the receipt's decode rows
 #           (docs/results/h200-loopback.json) 2. compute-sanitizer memcheck, racecheck, synccheck on the one-rank
@@ -28,14 +29,17 @@ decode='all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph
 floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:(12/threads:256|16/threads:192)/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph'
 case "${1:-a}" in
   a)
-    step gpu-tests-collectives 130 $B/test_gpu_collectives
-    step gpu-tests-ehf 130 $B/test_gpu_collectives-ehf
+    # the measurements first (a deadline cuts from the end), the variants' order shuffled against drift
     gpu_bench decode-default $B/rocenante-bench-gpu "$decode|$floors" $pdl
+    gpu_bench decode-ehf-3072 $B/rocenante-bench-gpu-ehf "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
     gpu_bench decode-3072 $B/rocenante-bench-gpu "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
-    for v in e eh ehf ehfc0; do
+    gpu_bench decode-ehf $B/rocenante-bench-gpu-ehf "$decode" $pdl
+    for v in e eh ehfc0; do
       gpu_bench decode-$v-3072 $B/rocenante-bench-gpu-$v "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
     done
     gpu_bench decode-default-again $B/rocenante-bench-gpu "$decode" $pdl
+    step gpu-tests-collectives 130 $B/test_gpu_collectives
+    step gpu-tests-ehf 130 $B/test_gpu_collectives-ehf
     for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 30 $B/$e; say "  $(tail -1 "$OUT/example-$e.log" 2>/dev/null)"; done
     ;;
   b)
