@@ -38,6 +38,11 @@ case "${1:-a}" in
       gpu_bench decode-$v-3072 $B/rocenante-bench-gpu-$v "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
     done
     gpu_bench decode-default-again $B/rocenante-bench-gpu "$decode" $pdl
+    if command -v python3 >/dev/null; then  # one table, every variant beside the default (ratios)
+      python3 tools/gpu/compare.py "$OUT"/decode-default.json "$OUT"/decode-3072.json "$OUT"/decode-ehf.json \
+        "$OUT"/decode-e-3072.json "$OUT"/decode-eh-3072.json "$OUT"/decode-ehf-3072.json "$OUT"/decode-ehfc0-3072.json \
+        "$OUT"/decode-default-again.json 2>&1 | grep -v "^floor" | tee -a "$S"
+    fi
     step gpu-tests-collectives 130 $B/test_gpu_collectives
     step gpu-tests-ehf 130 $B/test_gpu_collectives-ehf
     for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 30 $B/$e; say "  $(tail -1 "$OUT/example-$e.log" 2>/dev/null)"; done
