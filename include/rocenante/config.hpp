@@ -54,8 +54,9 @@
 /// measured side by side: tools/gpu/s11-run.sh). ptxas recomputes cheap values from a kernel's parameters where they
 /// are used, to save registers: in the decode-size all-reduce that put the reduce's source addresses (27
 /// instructions, a constant-bank load among them) between the barrier after the wait and the first load, and the
-/// call signature's hash (11 dependent instructions) between the staging barrier and the flag's release. One value
-/// per program.
+/// call signature's hash (11 dependent instructions) between the staging barrier and the flag's release. The
+/// signature is held in every protocol::session, so 1 touches every collective kernel (one register), not only the
+/// decode-size one. One value per program.
 #ifndef ROCENANTE_SMALL_HOLD_ADDRESSES
 #define ROCENANTE_SMALL_HOLD_ADDRESSES 0
 #endif

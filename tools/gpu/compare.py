@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tools/gpu/compare.py JSON... — one table of Google Benchmark rows from several runs side by side (the files of one
 device call, e.g. decode-default.json decode-ehf-3072.json ...): a row per benchmark name (min_time and manual_time
-suffixes dropped), a column per file (its name without .json), real time in the rows' unit; the last column's header
-names the first file, and each other column also gets its ratio to the first file's value."""
+suffixes dropped), a column per file (its name without .json), real time in the rows' unit; every column after the
+first also gives, in parentheses, its ratio to the first file's value. A missing or truncated file leaves its
+column empty (said on stderr)."""
 import json
 import os
 import sys
@@ -36,18 +37,19 @@ def main(paths):
             if n not in names:
                 names.append(n)
     width = max(len(n) for n in names) if names else 10
-    print(f"{'benchmark':<{width}}  " + "  ".join(f"{c:>18}" for c in cols))
+    cw = max([18] + [len(c) for c in cols])
+    print(f"{'benchmark':<{width}}  " + "  ".join(f"{c:>{cw}}" for c in cols))
     for n in names:
         base = tables[0].get(n, (None, ""))[0]
         cells = []
         for i, t in enumerate(tables):
             v = t.get(n)
             if v is None:
-                cells.append(f"{'-':>18}")
+                cells.append(f"{'-':>{cw}}")
             elif i == 0 or base is None:
-                cells.append(f"{v[0]:>15.3f} {v[1]:<2}")
+                cells.append(f"{f'{v[0]:.3f} {v[1]}':>{cw}}")
             else:
-                cells.append(f"{v[0]:>9.3f} ({v[0] / base:5.3f})")
+                cells.append(f"{f'{v[0]:.3f} ({v[0] / base:5.3f})':>{cw}}")
         print(f"{n:<{width}}  " + "  ".join(cells))
     return 0
 

@@ -404,10 +404,15 @@ class communicator {
     };
     occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type>);
     occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type, algorithm::no_epilogue, kernel::reduce_path::small>);
-    if constexpr (kernel::small_fixed_ranks) {  // the variants this rank count launches (launch_all_reduce)
+    if constexpr (kernel::small_fixed_ranks) {  // bf16 of the variants this rank count launches (launch_all_reduce)
       using bf16 = reduce::sum<__nv_bfloat16>;
       constexpr auto small = kernel::reduce_path::small;
-      if (b.size() == 2) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue, small>);
+      if (b.size() == 2) {
+        occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue, small>);
+        if constexpr (algorithm::one_shot::has_ll<handle_type> && ll_max_ranks >= 2)
+          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue,
+                                 kernel::reduce_path::small_ll>);
+      }
       if (b.size() == 4) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 4>, algorithm::no_epilogue, small>);
       if (b.size() == 8) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 8>, algorithm::no_epilogue, small>);
     }

@@ -19,7 +19,8 @@
 //                                   system when another GPU, a CPU proxy or a NIC writes them
 //     h.layout()                    the window_layout every rank shares
 //     h.put_ptr(peer, slot, off)    where to write bytes destined for offset `off` of `peer`'s slot `slot`
-//     h.recv_ptr(slot, off)         this rank's own received bytes at (slot, off)
+//     h.recv_ptr(slot, off)         this rank's own received bytes at (slot, off); a slot is contiguous:
+//                                   recv_ptr(slot, off) + k == recv_ptr(slot, off + k)
 //     h.local_flag(index)           this rank's own flag word `index` (what it waits on)
 //     h.signal(peer, slot, off, bytes, index, value)
 //                                   make bytes [off, off+bytes) of slot `slot` visible at `peer`, then set the
