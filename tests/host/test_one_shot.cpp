@@ -90,19 +90,19 @@ void fixed_ranks_cases(std::uint64_t id) {
   static_assert(rocenante::transport::fixed_ranks_of<typename fixed::handle_type>() == N);
   for (bool multi_part : {false, true}) {
     CAPTURE(multi_part);
-    check_all_reduce_against_reference<one_shot, __nv_bfloat16, fixed>(N, reference_options(multi_part), id * 4 + multi_part);
-    check_all_reduce_against_reference<one_shot, float, fixed>(N, reference_options(multi_part), id * 4 + 2 + multi_part);
+    check_all_reduce_against_reference<one_shot, __nv_bfloat16, fixed>(N, reference_options(multi_part), id * 8 + multi_part);
+    check_all_reduce_against_reference<one_shot, float, fixed>(N, reference_options(multi_part), id * 8 + 2 + multi_part);
   }
-  check_all_reduce_against_reference<rocenante::algorithm::ring, __half, fixed>(N, reference_options(true), id * 4 + 3);
+  check_all_reduce_against_reference<rocenante::algorithm::ring, __half, fixed>(N, reference_options(true), id * 8 + 4);
 }
 
 }  // namespace
 
 TEST_SUITE("host.fixed_ranks") {
   TEST_CASE("a handle with its rank count fixed at compile time gives the reference's bytes at 2, 4 and 8 ranks") {
-    fixed_ranks_cases<2>(20);
-    fixed_ranks_cases<4>(21);
-    fixed_ranks_cases<8>(22);
+    fixed_ranks_cases<2>(40);  // case ids 320.. (the cases above use 0..152)
+    fixed_ranks_cases<4>(41);
+    fixed_ranks_cases<8>(42);
   }
   TEST_CASE("with_fixed_ranks refuses a handle of another rank count") {
     rocenante::transport::direct_handle h{};
