@@ -16,6 +16,9 @@
 #              the input its predecessor wrote late" (kernel::dependency_gate)
 #           3. the gpu suite with all three changes (ehf)
 #           4. examples 01 and 02
+#   PART=c  a, then the steps of b that do not depend on which variant wins (one device start instead of two, when
+#           starts are scarce): compute-sanitizer memcheck, racecheck and synccheck on the ehf build's one-rank subset,
+#           the nvfp4 suite, one-shot and ring at 1, 4 and 16 MiB (4 ranks), the phase tracer
 #   PART=b  (after the winners of a are made the defaults and the binaries rebuilt) 1. the receipt's decode rows
 #           (docs/results/h200-loopback.json) 2. compute-sanitizer memcheck, racecheck, synccheck on the one-rank
 #           subset 3. one-shot and ring at 1, 4 and 16 MiB, 4 ranks (the crossover) 4. the phase tracer, 48 KiB, 4 ranks
@@ -46,7 +49,16 @@ case "${1:-a}" in
     step gpu-tests-collectives 130 $B/test_gpu_collectives
     step gpu-tests-ehf 130 $B/test_gpu_collectives-ehf
     for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 30 $B/$e; say "  $(tail -1 "$OUT/example-$e.log" 2>/dev/null)"; done
+    if [ "${S11_WITH_CHECKS:-0}" = 1 ]; then  # part b's steps that do not depend on which variant wins (c)
+      for t in memcheck racecheck synccheck; do
+        step san-$t-ehf 40 compute-sanitizer --tool $t $B/test_gpu_collectives-ehf -tc='one rank*'
+      done
+      step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
+      gpu_bench large4 $B/rocenante-bench-gpu 'all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216)/ranks:4/graph:1'
+      l=$(left 30); if [ "$l" -ge 10 ]; then timeout "$l" $B/rocenante-trace-phases 49152 4 16 >"$OUT/trace.log" 2>&1; say "trace: rc=$?"; grep -vE "^$" "$OUT/trace.log" | tee -a "$S"; fi
+    fi
     ;;
+  c) S11_WITH_CHECKS=1 exec bash "$0" a ;;
   b)
     small='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
     gpu_bench receipt-decode $B/rocenante-bench-gpu "$small" $pdl
