@@ -252,8 +252,8 @@ void register_floors() {
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, threads, pdl); })
               ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }
-  // The library's own shapes at 48 KiB: min_part_bytes 4096 (the default: 12 parts of 256 packets, one CTA of 256
-  // threads each) and 3072 (16 parts of 192 packets; ROCENANTE_BENCH_MIN_PART=3072).
+  // The library's own shapes at 48 KiB: min_part_bytes 3072 (the default: 16 parts of 192 packets, one CTA of 192
+  // threads each) and 4096 (12 parts of 256 packets; ROCENANTE_BENCH_MIN_PART=4096, the default before s11).
   for (int n : {2, 4, 8})
     for (unsigned ctas : {12u, 16u}) {
       const unsigned threads = 3072 / ctas;

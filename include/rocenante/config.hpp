@@ -44,21 +44,21 @@
 /// Whether the decode-size all-reduce (one_shot::all_reduce_small) loads a plain input (16-byte aligned, whole
 /// packets) with one 16-byte load issued before enter()'s epoch and poison loads and not waited for until the
 /// staging (1), or through load_user, whose branch made the fixed-rank kernels wait for the input before enter()'s
-/// loads (0, the default until measured side by side: tools/gpu/s11-run.sh). The same bytes either way. One value
-/// per program.
+/// loads (0). The same bytes either way. 1 is the default: measured side by side on the H200 (tools/gpu/s11-run.sh,
+/// docs/results/h200-2026-12-05/s11-0c4216e), it took 0.04 us off 8 and 48 KiB at 4 ranks. One value per program.
 #ifndef ROCENANTE_SMALL_EARLY_INPUT
-#define ROCENANTE_SMALL_EARLY_INPUT 0
+#define ROCENANTE_SMALL_EARLY_INPUT 1
 #endif
 
-/// Whether detail::held() makes values opaque to the compiler (1) or returns them unchanged (0, the default until
-/// measured side by side: tools/gpu/s11-run.sh). ptxas recomputes cheap values from a kernel's parameters where they
+/// Whether detail::held() makes values opaque to the compiler (1, the default: measured side by side on the H200 with
+/// early input, tools/gpu/s11-run.sh, docs/results/h200-2026-12-05/s11-0c4216e) or returns them unchanged (0). ptxas recomputes cheap values from a kernel's parameters where they
 /// are used, to save registers: in the decode-size all-reduce that put the reduce's source addresses (27
 /// instructions, a constant-bank load among them) between the barrier after the wait and the first load, and the
 /// call signature's hash (11 dependent instructions) between the staging barrier and the flag's release. The
 /// signature is held in every protocol::session, so 1 touches every collective kernel (one register), not only the
 /// decode-size one. One value per program.
 #ifndef ROCENANTE_SMALL_HOLD_ADDRESSES
-#define ROCENANTE_SMALL_HOLD_ADDRESSES 0
+#define ROCENANTE_SMALL_HOLD_ADDRESSES 1
 #endif
 
 namespace rocenante::detail {

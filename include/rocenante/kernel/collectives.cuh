@@ -61,15 +61,25 @@ enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3
 #ifndef ROCENANTE_SMALL_KERNEL
 #define ROCENANTE_SMALL_KERNEL 1
 #endif
-/// Whether gpu::communicator launches the decode-size kernels (reduce_path::small, small_ll) at 2, 4 and 8 ranks
-/// over transport::fixed_ranks — the rank count a template parameter, every loop over ranks unrolled, the reduce
-/// loading exactly n sources — (1) or over the plain handle (0, the default until a side-by-side run on the H200
-/// shows the fixed kernels faster: tools/gpu/s11-run.sh). 1 adds up to four kernels per reduction and epilogue
-/// (compile time). One value per program.
+/// At which rank counts gpu::communicator launches the decode-size kernels (reduce_path::small, small_ll) over
+/// transport::fixed_ranks — the rank count a template parameter, every loop over ranks unrolled, the reduce loading
+/// exactly n sources — instead of over the plain handle. A mask: bit N set = fixed kernels at N ranks, for N in
+/// {2, 4, 8}; 0 = never; 1 = at 2, 4 and 8. The default, bits 2 and 8, is what the H200 measured side by side
+/// (tools/gpu/s11-run.sh, docs/results/h200-2026-12-05/s11-0c4216e; 16 CTAs of 192 threads, early input, held
+/// addresses): the fixed kernels were 0.11-0.16 us faster at 2 and 8 ranks (8 and 48 KiB) and 0.056 us slower at
+/// 4 ranks, at both sizes. Each rank count set adds up to two kernels per reduction and epilogue (compile time).
+/// One value per program.
 #ifndef ROCENANTE_SMALL_FIXED_RANKS
-#define ROCENANTE_SMALL_FIXED_RANKS 0
+#define ROCENANTE_SMALL_FIXED_RANKS ((1 << 2) | (1 << 8))
 #endif
-inline constexpr bool small_fixed_ranks = ROCENANTE_SMALL_FIXED_RANKS != 0;
+/// Whether the decode-size kernels at `ranks` ranks run over transport::fixed_ranks (ROCENANTE_SMALL_FIXED_RANKS).
+constexpr bool small_fixed_at(int ranks) {
+  constexpr unsigned mask = ROCENANTE_SMALL_FIXED_RANKS == 1 ? (1u << 2) | (1u << 4) | (1u << 8) : unsigned(ROCENANTE_SMALL_FIXED_RANKS);
+  return (ranks == 2 || ranks == 4 || ranks == 8) && ((mask >> ranks) & 1u) != 0;
+}
+inline constexpr bool small_fixed_ranks = small_fixed_at(2) || small_fixed_at(4) || small_fixed_at(8);
+static_assert((unsigned(ROCENANTE_SMALL_FIXED_RANKS) & ~((1u << 1) | (1u << 2) | (1u << 4) | (1u << 8))) == 0,
+              "ROCENANTE_SMALL_FIXED_RANKS is a mask of rank counts: bits 2, 4 and 8 (or 1 for all three)");
 
 /// Fewest threads of a reduce_path::small launch (tuning experiments; one value per program).
 #ifndef ROCENANTE_SMALL_MIN_THREADS
