@@ -23,7 +23,7 @@
 #           compute-sanitizer on the ehf build's one-rank subset
 #   PART=b  (after the winners of a are made the defaults and the binaries rebuilt) 1. the receipt's decode rows
 #           (docs/results/h200-loopback.json) 2. compute-sanitizer memcheck, racecheck, synccheck on the one-rank
-#           subset 3. one-shot and ring at 1, 4 and 16 MiB, 4 ranks (the crossover) 4. the phase tracer, 48 KiB, 4 ranks
+#           subset (after the gpu suite) 3. one-shot and ring at 1, 4 and 16 MiB, 4 ranks (the crossover) 4. the phase tracer, 48 KiB, 4 ranks
 #           5. the nvfp4 suite
 source "$(dirname "$0")/lib.sh"
 gpu_header
@@ -81,12 +81,14 @@ case "${1:-a}" in
   b)
     small='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
     gpu_bench receipt-decode $B/rocenante-bench-gpu "$small" $pdl
+    step gpu-tests-collectives 130 $B/test_gpu_collectives
     step san-memcheck 70 compute-sanitizer --tool memcheck $B/test_gpu_collectives -tc='one rank*'
     step san-racecheck 70 compute-sanitizer --tool racecheck $B/test_gpu_collectives -tc='one rank*'
     step san-synccheck 70 compute-sanitizer --tool synccheck $B/test_gpu_collectives -tc='one rank*'
+    step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
+    for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 30 $B/$e; say "  $(tail -1 "$OUT/example-$e.log" 2>/dev/null)"; done
     gpu_bench large4 $B/rocenante-bench-gpu 'all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216)/ranks:4/graph:1'
     l=$(left 30); if [ "$l" -ge 10 ]; then timeout "$l" $B/rocenante-trace-phases 49152 4 16 >"$OUT/trace.log" 2>&1; say "trace: rc=$?"; grep -vE "^$" "$OUT/trace.log" | tee -a "$S"; fi
-    step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
     ;;
 esac
 gpu_pack

@@ -74,7 +74,8 @@ enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3
 #endif
 /// Whether the decode-size kernels at `ranks` ranks run over transport::fixed_ranks (ROCENANTE_SMALL_FIXED_RANKS).
 constexpr bool small_fixed_at(int ranks) {
-  constexpr unsigned mask = ROCENANTE_SMALL_FIXED_RANKS == 1 ? (1u << 2) | (1u << 4) | (1u << 8) : unsigned(ROCENANTE_SMALL_FIXED_RANKS);
+  constexpr unsigned given = unsigned(ROCENANTE_SMALL_FIXED_RANKS);
+  constexpr unsigned mask = given == 1u ? (1u << 2) | (1u << 4) | (1u << 8) : given;
   return (ranks == 2 || ranks == 4 || ranks == 8) && ((mask >> ranks) & 1u) != 0;
 }
 inline constexpr bool small_fixed_ranks = small_fixed_at(2) || small_fixed_at(4) || small_fixed_at(8);
