@@ -19,6 +19,7 @@
 #   PART=c  a, then the steps of b that do not depend on which variant wins (one device start instead of two, when
 #           starts are scarce): compute-sanitizer memcheck, racecheck and synccheck on the ehf build's one-rank subset,
 #           the nvfp4 suite, one-shot and ring at 1, 4 and 16 MiB (4 ranks), the phase tracer
+#   PART=r  b's receipt rows only (decode at 2/4/8 ranks with floors, ring and proxy at 4 ranks), then the gpu suite
 #   PART=d  a's core for a short lease (about 300 s): default, 3072, ehf, ehf-3072, default again; the ehf gpu suite;
 #           compute-sanitizer on the ehf build's one-rank subset
 #   PART=b  (after the winners of a are made the defaults and the binaries rebuilt) 1. the receipt's decode rows
@@ -77,6 +78,12 @@ case "${1:-a}" in
     for t in memcheck racecheck synccheck; do
       step san-$t-ehf 40 compute-sanitizer --tool $t $B/test_gpu_collectives-ehf -tc='one rank*'
     done
+    ;;
+  r)
+    # b's receipt rows for a short lease: the decode rows at 2, 4 and 8 ranks with the floors, ring and proxy mode
+    # at 4 ranks (graph); then the gpu suite while time is left
+    gpu_bench receipt-decode $B/rocenante-bench-gpu "$decode|$floors|all_reduce/(ring/loopback|one_shot/loopback_proxy)/bf16/bytes:(8192|49152)/ranks:4/graph:1" $pdl
+    step gpu-tests-collectives 130 $B/test_gpu_collectives
     ;;
   b)
     small='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
