@@ -4,7 +4,8 @@
 # quotes from its SASS: registers, where the hot path's EXIT is (its code size), and the instructions between the
 # staging barrier and the first flag release (MEMBAR) and between the barrier that ends the wait and the first load
 # of a source. RANKS 0 (default): H = direct_handle; 2, 4 or 8: transport::fixed_ranks<direct_handle, RANKS>. FLAGS go
-# to nvcc, e.g. -DROCENANTE_SMALL_HOLD_ADDRESSES=1 -DROCENANTE_SMALL_EARLY_INPUT=1. The CUDA toolkit here has no
+# to nvcc, e.g. -DROCENANTE_SMALL_HOLD_ADDRESSES=0 -DROCENANTE_SMALL_EARLY_INPUT=0 (the kernel before s11 made both
+# the defaults; design.md's figures from c3098db are of that kernel). The CUDA toolkit here has no
 # cuobjdump/nvdisasm: they come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) into ~/.cache/rocenante-sass.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
