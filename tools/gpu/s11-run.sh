@@ -20,8 +20,6 @@
 #           starts are scarce): compute-sanitizer memcheck, racecheck and synccheck on the ehf build's one-rank subset,
 #           the nvfp4 suite, one-shot and ring at 1, 4 and 16 MiB (4 ranks), the phase tracer
 #   PART=r  b's receipt rows only (decode at 2/4/8 ranks with floors, ring and proxy at 4 ranks), then the gpu suite
-#   PART=d  a's core for a short lease (about 300 s): default, 3072, ehf, ehf-3072, default again; the ehf gpu suite;
-#           compute-sanitizer on the ehf build's one-rank subset
 #   PART=b  (after the winners of a are made the defaults and the binaries rebuilt) 1. the receipt's decode rows
 #           (docs/results/h200-loopback.json) 2. compute-sanitizer memcheck, racecheck, synccheck on the one-rank
 #           subset (after the gpu suite) 3. one-shot and ring at 1, 4 and 16 MiB, 4 ranks (the crossover) 4. the phase tracer, 48 KiB, 4 ranks
@@ -62,23 +60,6 @@ case "${1:-a}" in
     fi
     ;;
   c) S11_WITH_CHECKS=1 exec bash "$0" a ;;
-  d)
-    # a's core for a short lease: the default, 16 x 192, ehf and both, then the default again; the ehf build's gpu
-    # suite and compute-sanitizer on its one-rank subset
-    gpu_bench decode-default $B/rocenante-bench-gpu "$decode|$floors" $pdl
-    gpu_bench decode-ehf-3072 $B/rocenante-bench-gpu-ehf "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
-    gpu_bench decode-3072 $B/rocenante-bench-gpu "$decode" $pdl ROCENANTE_BENCH_MIN_PART=3072
-    gpu_bench decode-ehf $B/rocenante-bench-gpu-ehf "$decode" $pdl
-    gpu_bench decode-default-again $B/rocenante-bench-gpu "$decode" $pdl
-    if command -v python3 >/dev/null; then
-      python3 tools/gpu/compare.py "$OUT"/decode-default.json "$OUT"/decode-3072.json "$OUT"/decode-ehf.json \
-        "$OUT"/decode-ehf-3072.json "$OUT"/decode-default-again.json 2>&1 | grep -v "^floor" | tee -a "$S"
-    fi
-    step gpu-tests-ehf 130 $B/test_gpu_collectives-ehf
-    for t in memcheck racecheck synccheck; do
-      step san-$t-ehf 40 compute-sanitizer --tool $t $B/test_gpu_collectives-ehf -tc='one rank*'
-    done
-    ;;
   r)
     # b's receipt rows for a short lease: the decode rows at 2, 4 and 8 ranks with the floors, ring and proxy mode
     # at 4 ranks (graph); then the gpu suite while time is left

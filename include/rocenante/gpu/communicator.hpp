@@ -204,8 +204,8 @@ class communicator {
 
  private:
   /// The decode-size kernels at 2, 4 and 8 ranks run over transport::fixed_ranks (every loop over ranks unrolled)
-  /// where ROCENANTE_SMALL_FIXED_RANKS names the rank count (kernel::small_fixed_at); every rank has the same rank count, so every rank launches the same
-  /// variant, and the bytes are those of the plain kernel.
+  /// where ROCENANTE_SMALL_FIXED_RANKS names the rank count (kernel::small_fixed_at); every rank has the same rank
+  /// count, so every rank launches the same variant, and the bytes are those of the plain kernel.
   template <class A, class R, class Epilogue, kernel::reduce_path Path, class T>
   status launch_all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
     if constexpr (kernel::small_fixed_ranks && (Path == kernel::reduce_path::small || Path == kernel::reduce_path::small_ll)) {
@@ -213,13 +213,16 @@ class communicator {
       constexpr int most = Path == kernel::reduce_path::small_ll ? ll_max_ranks : 8;
       switch (size()) {
         case 2:
-          if constexpr (most >= 2 && kernel::small_fixed_at(2)) return launch_over<A, R, Epilogue, Path>(fixed_context<2>(), in, out, count, stream, epi);
+          if constexpr (most >= 2 && kernel::small_fixed_at(2))
+            return launch_over<A, R, Epilogue, Path>(fixed_context<2>(), in, out, count, stream, epi);
           break;
         case 4:
-          if constexpr (most >= 4 && kernel::small_fixed_at(4)) return launch_over<A, R, Epilogue, Path>(fixed_context<4>(), in, out, count, stream, epi);
+          if constexpr (most >= 4 && kernel::small_fixed_at(4))
+            return launch_over<A, R, Epilogue, Path>(fixed_context<4>(), in, out, count, stream, epi);
           break;
         case 8:
-          if constexpr (most >= 8 && kernel::small_fixed_at(8)) return launch_over<A, R, Epilogue, Path>(fixed_context<8>(), in, out, count, stream, epi);
+          if constexpr (most >= 8 && kernel::small_fixed_at(8))
+            return launch_over<A, R, Epilogue, Path>(fixed_context<8>(), in, out, count, stream, epi);
           break;
         default:
           break;
@@ -408,14 +411,22 @@ class communicator {
     if constexpr (kernel::small_fixed_ranks) {  // bf16 of the variants this rank count launches (launch_all_reduce)
       using bf16 = reduce::sum<__nv_bfloat16>;
       constexpr auto small = kernel::reduce_path::small;
-      if constexpr (kernel::small_fixed_at(2)) if (b.size() == 2) {
-        occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue, small>);
-        if constexpr (algorithm::one_shot::has_ll<handle_type> && ll_max_ranks >= 2)
-          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue,
-                                 kernel::reduce_path::small_ll>);
+      if constexpr (kernel::small_fixed_at(2)) {
+        if (b.size() == 2) {
+          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue, small>);
+          if constexpr (algorithm::one_shot::has_ll<handle_type> && ll_max_ranks >= 2)
+            occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue,
+                                   kernel::reduce_path::small_ll>);
+        }
       }
-      if constexpr (kernel::small_fixed_at(4)) if (b.size() == 4) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 4>, algorithm::no_epilogue, small>);
-      if constexpr (kernel::small_fixed_at(8)) if (b.size() == 8) occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 8>, algorithm::no_epilogue, small>);
+      if constexpr (kernel::small_fixed_at(4)) {
+        if (b.size() == 4)
+          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 4>, algorithm::no_epilogue, small>);
+      }
+      if constexpr (kernel::small_fixed_at(8)) {
+        if (b.size() == 8)
+          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 8>, algorithm::no_epilogue, small>);
+      }
     }
     occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
