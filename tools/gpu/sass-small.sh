@@ -7,6 +7,8 @@
 # to nvcc, e.g. -DROCENANTE_SMALL_HOLD_ADDRESSES=0 -DROCENANTE_SMALL_EARLY_INPUT=0 (the kernel before s11 made both
 # the defaults; design.md's figures from c3098db are of that kernel). The CUDA toolkit here has no
 # cuobjdump/nvdisasm: they come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) into ~/.cache/rocenante-sass.
+# SASS_INCLUDE=DIR compiles another checkout's headers (e.g. a `git worktree` of an older commit); SASS_OUT=FILE keeps
+# the whole listing, to compare two builds with `diff`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 ranks=${1:-0}; shift || true
@@ -33,9 +35,10 @@ template __global__ void kernel::all_reduce<algorithm::one_shot, reduce::sum<__n
                                                                         __nv_bfloat16*, std::uint64_t, std::uint32_t,
                                                                         algorithm::no_epilogue);
 CU
-nvcc -std=c++20 -arch=sm_90a -cubin -O3 -I"$root/include" -I"$root/.deps/include" "$@" "$w/k.cu" -o "$w/k.cubin" \
+nvcc -std=c++20 -arch=sm_90a -cubin -O3 -I"${SASS_INCLUDE:-$root/include}" -I"$root/.deps/include" "$@" "$w/k.cu" -o "$w/k.cubin" \
   -Xptxas -v 2>&1 | grep -o "Used [0-9]* registers.*" || true
 "$tools/cuobj/nvidia/cu13/bin/cuobjdump" -sass "$w/k.cubin" | sed 's|/\* 0x[0-9a-f]* \*/||' | grep -v '^\s*$' >"$w/k.sass"
 echo "hot path ends at: $(grep -m1 -E '^\s*/\*[0-9a-f]+\*/\s+EXIT' "$w/k.sass" | grep -o '/\*[0-9a-f]*\*/')"
 echo "staging barrier -> first MEMBAR: $(awk '/BAR.SYNC/{c++} c==1' "$w/k.sass" | awk '/MEMBAR/{print NR-1; exit}') instructions"
 echo "barrier after the wait -> first source load: $(awk '/BAR.RED.AND/{c++} c==2' "$w/k.sass" | awk '/LDG.E.128/{print NR-1; exit}') instructions"
+[ -z "${SASS_OUT:-}" ] || cp "$w/k.sass" "$SASS_OUT"
