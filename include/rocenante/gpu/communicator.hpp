@@ -407,27 +407,36 @@ class communicator {
       per_sm = n < per_sm ? n : per_sm;
     };
     occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type>);
-    occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type, algorithm::no_epilogue, kernel::reduce_path::small>);
-    if constexpr (kernel::small_fixed_ranks) {  // bf16 of the variants this rank count launches (launch_all_reduce)
+    // bf16 of the decode-size kernels this rank count can launch (launch_all_reduce): over the plain handle, or over
+    // transport::fixed_ranks<handle_type, N> where the fixed mask names this rank count N; small_ll where the
+    // handle has LL slots and the rank count is at most ll_max_ranks
+    const int n = b.size();
+    auto occ_small = [&]<class H>(std::type_identity<H>) {
       using bf16 = reduce::sum<__nv_bfloat16>;
-      constexpr auto small = kernel::reduce_path::small;
-      if constexpr (kernel::small_fixed_at(2)) {
-        if (b.size() == 2) {
-          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue, small>);
-          if constexpr (algorithm::one_shot::has_ll<handle_type> && ll_max_ranks >= 2)
-            occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 2>, algorithm::no_epilogue,
-                                   kernel::reduce_path::small_ll>);
+      occ(kernel::all_reduce<algorithm::one_shot, bf16, H, algorithm::no_epilogue, kernel::reduce_path::small>);
+      if constexpr (algorithm::one_shot::has_ll<H>)
+        if (n <= ll_max_ranks)
+          occ(kernel::all_reduce<algorithm::one_shot, bf16, H, algorithm::no_epilogue, kernel::reduce_path::small_ll>);
+    };
+    bool fixed = false;
+    if constexpr (kernel::small_fixed_ranks) {
+      if constexpr (kernel::small_fixed_at(2))
+        if (n == 2) {
+          occ_small(std::type_identity<transport::fixed_ranks<handle_type, 2>>{});
+          fixed = true;
         }
-      }
-      if constexpr (kernel::small_fixed_at(4)) {
-        if (b.size() == 4)
-          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 4>, algorithm::no_epilogue, small>);
-      }
-      if constexpr (kernel::small_fixed_at(8)) {
-        if (b.size() == 8)
-          occ(kernel::all_reduce<algorithm::one_shot, bf16, transport::fixed_ranks<handle_type, 8>, algorithm::no_epilogue, small>);
-      }
+      if constexpr (kernel::small_fixed_at(4))
+        if (n == 4) {
+          occ_small(std::type_identity<transport::fixed_ranks<handle_type, 4>>{});
+          fixed = true;
+        }
+      if constexpr (kernel::small_fixed_at(8))
+        if (n == 8) {
+          occ_small(std::type_identity<transport::fixed_ranks<handle_type, 8>>{});
+          fixed = true;
+        }
     }
+    if (!fixed) occ_small(std::type_identity<handle_type>{});
     occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
     const std::uint64_t need = std::uint64_t(sharing) * max_ctas();
