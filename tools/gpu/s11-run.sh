@@ -22,7 +22,7 @@
 #   PART=r  b's receipt rows only (decode at 2/4/8 ranks with floors, ring and proxy at 4 ranks), then the gpu suite
 #   PART=b  (after the winners of a are made the defaults and the binaries rebuilt) 1. the receipt's decode rows
 #           (docs/results/h200-loopback.json) 2. compute-sanitizer memcheck, racecheck, synccheck on the one-rank
-#           subset (after the gpu suite) 3. one-shot and ring at 1, 4 and 16 MiB, 4 ranks (the crossover) 4. the phase tracer, 48 KiB, 4 ranks
+#           subset (after the gpu suite) 3. one-shot and ring at 1, 4, 16 and 64 MiB, 4 ranks (the crossover; 64 MiB beside the copy of step 1) 4. the phase tracer, 48 KiB, 4 ranks
 #           5. the nvfp4 suite
 source "$(dirname "$0")/lib.sh"
 gpu_header
@@ -75,7 +75,7 @@ case "${1:-a}" in
     step san-synccheck 70 compute-sanitizer --tool synccheck $B/test_gpu_collectives -tc='one rank*'
     step gpu-tests-nvfp4 60 $B/test_gpu_nvfp4
     for e in 01_user_kernel 02_tp_mlp_decode; do step example-$e 30 $B/$e; say "  $(tail -1 "$OUT/example-$e.log" 2>/dev/null)"; done
-    gpu_bench large4 $B/rocenante-bench-gpu 'all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216)/ranks:4/graph:1'
+    gpu_bench large4 $B/rocenante-bench-gpu 'all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1'
     l=$(left 30); if [ "$l" -ge 10 ]; then timeout "$l" $B/rocenante-trace-phases 49152 4 16 >"$OUT/trace.log" 2>&1; say "trace: rc=$?"; grep -vE "^$" "$OUT/trace.log" | tee -a "$S"; fi
     ;;
 esac
