@@ -37,27 +37,18 @@ struct health {
   bool ok() const { return state == status::ok; }
 };
 
+/// What the host executors (communicator, nvfp4_communicator) share: the collective set-up, this rank's protocol
+/// state and wait policy, health, the loop over a collective's parts, and the refusal of a bad call in its place in
+/// the sequence (session::reject).
 template <transport::transport Transport>
-class communicator {
+class executor_base {
   static_assert(transport::check_transport<Transport>());
 
  public:
   using transport_type = Transport;
 
-  /// Collective set-up: every rank of `boot` calls with the same options. Throws config_error for a bad value,
-  /// config_mismatch_error when ranks disagree, bootstrap_error / transport_error when set-up fails.
-  template <bootstrap::bootstrap B>
-  communicator(B& boot, const options& opts)
-      : opts_(opts),
-        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name)),
-        transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
-    protocol::init_state(state_, opts.first_sequence);
-    policy_.timeout_ns = opts.timeout_ns;
-    policy_.max_polls = opts.max_polls;
-  }
-
-  communicator(const communicator&) = delete;
-  communicator& operator=(const communicator&) = delete;
+  executor_base(const executor_base&) = delete;
+  executor_base& operator=(const executor_base&) = delete;
 
   int rank() const { return transport_.handle().rank(); }
   int size() const { return transport_.handle().ranks(); }
@@ -66,6 +57,132 @@ class communicator {
   Transport& transport() { return transport_; }
   /// Sequence number the next collective will use.
   std::uint32_t next_sequence() const { return state_.seq[0]; }
+
+  /// Health of this rank, without waiting for anything.
+  health check_health() const {
+    health h;
+    auto* st = const_cast<protocol::rank_state*>(&state_);
+    const std::uint32_t p = detail::load_acquire<std::uint32_t, protocol::state_scope>(&st->poison);
+    if (p == protocol::healthy) return h;
+    if (p != protocol::poisoned) {  // the record is being written right now: report without reading it
+      h.state = status::poisoned;
+      h.message = "rank " + std::to_string(rank()) + ": a failure is being recorded";
+      return h;
+    }
+    h.failure = state_.failure;
+    h.state = failure_status(h.failure);
+    h.message = describe_failure(rank(), h.failure);
+    // The protocol records what it saw (often a timeout or a peer's relayed abort); a transport that saw the
+    // cause itself (a verbs completion error, a broken connection) says so here, on the rank where it happened.
+    if constexpr (requires(const Transport& t) { t.failure_message(); }) {
+      const std::string cause = transport_.failure_message();
+      if (!cause.empty()) h.message += " [this rank's transport: " + cause + "]";
+    }
+    return h;
+  }
+
+  /// Message for the last status other than ok returned on this rank (empty if none).
+  const std::string& last_error() const { return last_error_; }
+
+ protected:
+  using session_t = protocol::session<protocol::host_team, typename Transport::handle_type>;
+
+  /// Collective set-up: every rank of `boot` calls with the same options. Throws config_error for a bad value,
+  /// config_mismatch_error when ranks disagree, bootstrap_error / transport_error when set-up fails.
+  template <bootstrap::bootstrap B>
+  executor_base(B& boot, const options& opts)
+      : opts_(opts),
+        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name)),
+        transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
+    protocol::init_state(state_, opts.first_sequence);
+    policy_.timeout_ns = opts.timeout_ns;
+    policy_.max_polls = opts.max_polls;
+  }
+  ~executor_base() = default;
+
+  /// One collective of `parts` parts under `signature`: body(session) runs each part in order; the first part that
+  /// fails stops the collective and reports the recorded failure.
+  template <class Body>
+  status run_parts(std::uint32_t signature, std::uint32_t parts, Body&& body) {
+    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
+    protocol::host_team team;
+    auto handle = transport_.handle();
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      session_t s(team, handle, &state_, policy_, signature, p);
+      if (!body(s)) {
+        const health h = check_health();
+        return refuse(h.state == status::ok ? status::poisoned : h.state, h.message);
+      }
+    }
+    return status::ok;
+  }
+
+  status refuse(status s, std::string why) {
+    last_error_ = why.rfind("rank ", 0) == 0 ? "rocenante " + std::move(why)
+                                             : "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
+    return s;
+  }
+
+  /// Bad input seen by this rank: its peers may already be inside this collective, so the rank takes its place
+  /// in the sequence and tells them to abort (session::reject), then reports the reason.
+  status reject_call(const std::string& why, status code = status::invalid_argument) {
+    protocol::host_team team;
+    auto handle = transport_.handle();
+    session_t s(team, handle, &state_, policy_, 0, 0);
+    if (s.enter()) {
+      protocol::failure_record rec{};
+      rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
+      rec.peer = rank();
+      s.reject(rec);
+    }
+    return refuse(code, why + "; peers were told to abort this collective and the communicator is now poisoned");
+  }
+
+  /// Why a call with these pointers and `count` elements of `elem` bytes cannot run on this window (empty: it can).
+  std::string check_common(const void* in, const void* out, std::uint64_t count, std::uint64_t elem) const {
+    if (in == nullptr || out == nullptr) return "input or output pointer is null";
+    if (count == 0) return "count is zero";
+    if (count > opts_.capacity_bytes / elem)
+      return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
+             std::to_string(opts_.capacity_bytes) + "; raise options::capacity_bytes on every rank";
+    return {};
+  }
+
+  /// Whether [a, a + an) and [b, b + bn) share a byte.
+  static bool overlaps(const void* a, std::uint64_t an, const void* b, std::uint64_t bn) {
+    const auto* x = static_cast<const std::byte*>(a);
+    const auto* y = static_cast<const std::byte*>(b);
+    return x < y + bn && y < x + an;
+  }
+
+  options opts_;
+  protocol::window_layout layout_;
+  Transport transport_;
+  protocol::rank_state state_{};
+  protocol::wait_policy policy_{};
+  std::string last_error_;
+};
+
+template <transport::transport Transport>
+class communicator : public executor_base<Transport> {
+  using base = executor_base<Transport>;
+  using base::layout_;
+  using base::opts_;
+  using base::overlaps;
+  using base::refuse;
+  using base::reject_call;
+  using base::state_;
+  using typename base::session_t;
+
+ public:
+  using base::check_health;
+  using base::rank;
+  using base::size;
+
+  /// Collective set-up: every rank of `boot` calls with the same options. Throws config_error for a bad value,
+  /// config_mismatch_error when ranks disagree, bootstrap_error / transport_error when set-up fails.
+  template <bootstrap::bootstrap B>
+  communicator(B& boot, const options& opts) : base(boot, opts) {}
 
   /// out[i] = sum over ranks of in[i], for i < count. `in` may equal `out`; otherwise they must not overlap.
   /// Result identical in bytes on every rank. Algorithm: one_shot (default) or ring.
@@ -120,32 +237,6 @@ class communicator {
     });
   }
 
-  /// Health of this rank, without waiting for anything.
-  health check_health() const {
-    health h;
-    auto* st = const_cast<protocol::rank_state*>(&state_);
-    const std::uint32_t p = detail::load_acquire<std::uint32_t, protocol::state_scope>(&st->poison);
-    if (p == protocol::healthy) return h;
-    if (p != protocol::poisoned) {  // the record is being written right now: report without reading it
-      h.state = status::poisoned;
-      h.message = "rank " + std::to_string(rank()) + ": a failure is being recorded";
-      return h;
-    }
-    h.failure = state_.failure;
-    h.state = failure_status(h.failure);
-    h.message = describe_failure(rank(), h.failure);
-    // The protocol records what it saw (often a timeout or a peer's relayed abort); a transport that saw the
-    // cause itself (a verbs completion error, a broken connection) says so here, on the rank where it happened.
-    if constexpr (requires(const Transport& t) { t.failure_message(); }) {
-      const std::string cause = transport_.failure_message();
-      if (!cause.empty()) h.message += " [this rank's transport: " + cause + "]";
-    }
-    return h;
-  }
-
-  /// Message for the last status other than ok returned on this rank (empty if none).
-  const std::string& last_error() const { return last_error_; }
-
  private:
   template <class F>
   static status dispatch_dtype(dtype t, F&& f) {
@@ -162,20 +253,13 @@ class communicator {
     using T = typename R::value_type;
     if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
     const std::uint64_t bytes = std::uint64_t{count} * sizeof(T);
-    std::string why;
-    if (in == nullptr || out == nullptr) why = "input or output pointer is null";
-    else if (count == 0) why = "count is zero";
-    else if (count > opts_.capacity_bytes / sizeof(T))
-      why = "count " + std::to_string(count) + " (" + std::to_string(bytes) + " bytes) exceeds capacity_bytes " +
-            std::to_string(opts_.capacity_bytes) + "; raise options::capacity_bytes on every rank";
-    else if (!fits<A>(layout_))
+    std::string why = this->check_common(in, out, count, sizeof(T));
+    if (why.empty() && !fits<A>(layout_))
       why = std::string("algorithm ") + A::name + " needs a larger window than this communicator laid out";
     if (why.empty()) {
       const std::uint64_t out_elems = c == protocol::collective::all_gather ? count * size() : count;
-      const auto* ib = reinterpret_cast<const std::byte*>(in);
-      const auto* ob = reinterpret_cast<const std::byte*>(out);
-      const bool in_place = c == protocol::collective::all_reduce && ib == ob;
-      if (!in_place && ib < ob + out_elems * sizeof(T) && ob < ib + bytes)
+      const bool in_place = c == protocol::collective::all_reduce && static_cast<const void*>(in) == out;
+      if (!in_place && overlaps(in, bytes, out, out_elems * sizeof(T)))
         why = "input and output overlap without being the same buffer";
     }
     if (!why.empty()) return reject_call(why);
@@ -185,19 +269,10 @@ class communicator {
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
     const std::uint32_t parts =
         algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
-    protocol::host_team team;
-    auto handle = transport_.handle();
-    for (std::uint32_t p = 0; p < parts; ++p) {
-      protocol::session<protocol::host_team, typename Transport::handle_type> s(team, handle, &state_, policy_,
-                                                                               signature, p);
-      const bool ok = c == protocol::collective::all_reduce ? A::template all_reduce<R>(s, in, out, count, parts)
-                                                            : run_all_gather<A, R>(s, in, out, count, parts);
-      if (!ok) {
-        const health h = check_health();
-        return refuse(h.state == status::ok ? status::poisoned : h.state, h.message);
-      }
-    }
-    return status::ok;
+    return this->run_parts(signature, parts, [&](session_t& s) {
+      return c == protocol::collective::all_reduce ? A::template all_reduce<R>(s, in, out, count, parts)
+                                                   : run_all_gather<A, R>(s, in, out, count, parts);
+    });
   }
 
   template <class A, class R, class S>
@@ -208,34 +283,6 @@ class communicator {
     else
       return false;
   }
-
-  status refuse(status s, std::string why) {
-    last_error_ = why.rfind("rank ", 0) == 0 ? "rocenante " + std::move(why)
-                                             : "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
-    return s;
-  }
-
-  /// Bad input seen by this rank: its peers may already be inside this collective, so the rank takes its place
-  /// in the sequence and tells them to abort (session::reject), then reports the reason.
-  status reject_call(const std::string& why, status code = status::invalid_argument) {
-    protocol::host_team team;
-    auto handle = transport_.handle();
-    protocol::session<protocol::host_team, typename Transport::handle_type> s(team, handle, &state_, policy_, 0, 0);
-    if (s.enter()) {
-      protocol::failure_record rec{};
-      rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
-      rec.peer = rank();
-      s.reject(rec);
-    }
-    return refuse(code, why + "; peers were told to abort this collective and the communicator is now poisoned");
-  }
-
-  options opts_;
-  protocol::window_layout layout_;
-  Transport transport_;
-  protocol::rank_state state_{};
-  protocol::wait_policy policy_{};
-  std::string last_error_;
 };
 
 }  // namespace rocenante::host

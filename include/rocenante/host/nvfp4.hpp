@@ -30,27 +30,18 @@
 namespace rocenante::host {
 
 template <transport::transport Transport>
-class nvfp4_communicator {
-  static_assert(transport::check_transport<Transport>());
-  using session_t = protocol::session<protocol::host_team, typename Transport::handle_type>;
+class nvfp4_communicator : public executor_base<Transport> {
+  using base = executor_base<Transport>;
+  using base::check_common;
+  using base::layout_;
+  using base::opts_;
+  using base::overlaps;
+  using base::reject_call;
+  using typename base::session_t;
 
  public:
   template <bootstrap::bootstrap B>
-  nvfp4_communicator(B& boot, const options& opts)
-      : opts_(opts),
-        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name)),
-        transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
-    protocol::init_state(state_, opts.first_sequence);
-    policy_.timeout_ns = opts.timeout_ns;
-    policy_.max_polls = opts.max_polls;
-  }
-  nvfp4_communicator(const nvfp4_communicator&) = delete;
-  nvfp4_communicator& operator=(const nvfp4_communicator&) = delete;
-
-  int rank() const { return transport_.handle().rank(); }
-  int size() const { return transport_.handle().ranks(); }
-  Transport& transport() { return transport_; }
-  const protocol::window_layout& layout() const { return layout_; }
+  nvfp4_communicator(B& boot, const options& opts) : base(boot, opts) {}
 
   /// Parts a compressed all-reduce of `count` elements of T uses (the GPU executor uses the same formula).
   template <class T>
@@ -73,7 +64,7 @@ class nvfp4_communicator {
     if (!why.empty()) return reject_call(why);
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
                                               static_cast<std::uint32_t>(R::dtype_id), count);
-    return run(sig, parts, [&](session_t& s) {
+    return this->run_parts(sig, parts, [&](session_t& s) {
       return algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, parts, nullptr);
     });
   }
@@ -90,7 +81,7 @@ class nvfp4_communicator {
                                               static_cast<std::uint32_t>(R::dtype_id), count);
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
     const std::uint32_t parts = algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
-    return run(sig, parts, [&](session_t& s) { return algorithm::one_shot::all_reduce<R>(s, in, out, count, parts); });
+    return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot::all_reduce<R>(s, in, out, count, parts); });
   }
 
   /// Rows of the quantizing all-reduce per part (GPU: the same formula).
@@ -113,7 +104,7 @@ class nvfp4_communicator {
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_rows_id),
                                               static_cast<std::uint32_t>(reduce::sum<T>::dtype_id), count);
     const std::uint32_t parts = row_parts<T>(e.rows, e.cols);
-    return run(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, parts); });
+    return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, parts); });
   }
 
   /// NVFP4 all-gather (algorithm::nvfp4_gather): rows concatenated in rank order, scales in g.out_layout.
@@ -128,78 +119,9 @@ class nvfp4_communicator {
     if (!why.empty()) return reject_call(why);
     const auto sig = protocol::call_signature(protocol::collective::all_gather, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
                                               static_cast<std::uint32_t>(dtype::nvfp4), count);
-    return run(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_gather_nvfp4(s, g, parts); });
+    return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_gather_nvfp4(s, g, parts); });
   }
 
-  health check_health() const {
-    health h;
-    auto* st = const_cast<protocol::rank_state*>(&state_);
-    const std::uint32_t p = detail::load_acquire<std::uint32_t, protocol::state_scope>(&st->poison);
-    if (p == protocol::healthy) return h;
-    h.state = status::poisoned;
-    if (p != protocol::poisoned) return h;
-    h.failure = state_.failure;
-    h.state = failure_status(h.failure);
-    h.message = describe_failure(rank(), h.failure);
-    return h;
-  }
-  const std::string& last_error() const { return last_error_; }
-
- private:
-  static bool overlaps(const void* a, std::uint64_t an, const void* b, std::uint64_t bn) {
-    const auto* x = static_cast<const std::byte*>(a);
-    const auto* y = static_cast<const std::byte*>(b);
-    return x < y + bn && y < x + an;
-  }
-
-  std::string check_common(const void* in, const void* out, std::uint64_t count, std::uint64_t elem) const {
-    if (in == nullptr || out == nullptr) return "input or output pointer is null";
-    if (count == 0) return "count is zero";
-    if (count > opts_.capacity_bytes / elem)
-      return "count " + std::to_string(count) + " exceeds capacity_bytes " + std::to_string(opts_.capacity_bytes) +
-             "; raise options::capacity_bytes on every rank";
-    return {};
-  }
-
-  template <class Body>
-  status run(std::uint32_t signature, std::uint32_t parts, Body&& body) {
-    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
-    protocol::host_team team;
-    auto handle = transport_.handle();
-    for (std::uint32_t p = 0; p < parts; ++p) {
-      session_t s(team, handle, &state_, policy_, signature, p);
-      if (!body(s)) {
-        const health h = check_health();
-        return refuse(h.state == status::ok ? status::poisoned : h.state, h.message);
-      }
-    }
-    return status::ok;
-  }
-
-  status refuse(status s, std::string why) {
-    last_error_ = "rocenante rank " + std::to_string(rank()) + ": " + std::move(why);
-    return s;
-  }
-
-  status reject_call(const std::string& why) {
-    protocol::host_team team;
-    auto handle = transport_.handle();
-    session_t s(team, handle, &state_, policy_, 0, 0);
-    if (s.enter()) {
-      protocol::failure_record rec{};
-      rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
-      rec.peer = rank();
-      s.reject(rec);
-    }
-    return refuse(status::invalid_argument, why + "; peers were told to abort this collective and the communicator is now poisoned");
-  }
-
-  options opts_;
-  protocol::window_layout layout_;
-  Transport transport_;
-  protocol::rank_state state_{};
-  protocol::wait_policy policy_{};
-  std::string last_error_;
 };
 
 }  // namespace rocenante::host
