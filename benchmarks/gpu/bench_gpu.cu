@@ -15,6 +15,7 @@
 #include <rocenante/gpu/communicator.hpp>
 #include <rocenante/host/spawn.hpp>
 
+#include "copy_bench.cuh"
 #include "floor.cuh"
 
 #include <cstdio>
@@ -276,27 +277,7 @@ void register_floors() {
       }
 }
 
-void bench_copy(benchmark::State& state, std::size_t bytes) {
-  void *a, *b;
-  cudaMalloc(&a, bytes);
-  cudaMalloc(&b, bytes);
-  cudaMemset(a, 1, bytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (auto _ : state) {
-    cudaEventRecord(e0);
-    for (int k = 0; k < 10; ++k) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(ms / 1e3 / 10);
-  }
-  state.counters["rw_GBps"] = benchmark::Counter(2.0 * bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  cudaFree(a);
-  cudaFree(b);
-}
+using rocenante_bench::bench_copy;
 
 template <class T>
 void register_type(const char* tname, const std::vector<std::size_t>& sizes, const std::vector<int>& ranks, bool with_gather) {

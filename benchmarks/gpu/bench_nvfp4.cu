@@ -24,6 +24,8 @@
 #include <rocenante/gpu/nvfp4.hpp>
 #include <rocenante/host/spawn.hpp>
 
+#include "copy_bench.cuh"
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -45,50 +47,7 @@ namespace {
 
 constexpr std::size_t big = std::size_t{64} << 20;
 
-/// rw GB/s of a device-to-device copy of `bytes`, 10 copies timed with events.
-double copy_rw_gbps(std::size_t bytes) {
-  void *a, *b;
-  cudaMalloc(&a, bytes);
-  cudaMalloc(&b, bytes);
-  cudaMemset(a, 1, bytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaEventRecord(e0);
-  for (int k = 0; k < 10; ++k) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaEventRecord(e1);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * bytes * 10 / (ms / 1e3) / 1e9;
-}
-
-void bench_copy(benchmark::State& state) {
-  void *a, *b;
-  cudaMalloc(&a, big);
-  cudaMalloc(&b, big);
-  cudaMemset(a, 1, big);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (auto _ : state) {
-    cudaEventRecord(e0);
-    for (int k = 0; k < 10; ++k) cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(ms / 1e3 / 10);
-  }
-  state.counters["rw_GBps"] = benchmark::Counter(2.0 * big / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  cudaFree(a);
-  cudaFree(b);
-}
+using rocenante_bench::copy_rw_gbps;
 
 void fill_bf16(bf16* d, std::size_t n, std::uint32_t seed, float sigma) {
   std::vector<bf16> h(n);
@@ -298,7 +257,7 @@ int main(int argc, char** argv) {
     std::printf("SKIP: no usable CUDA GPU on this machine\n");
     return 77;
   }
-  benchmark::RegisterBenchmark("copy/d2d/bytes:67108864", bench_copy)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+  benchmark::RegisterBenchmark("copy/d2d/bytes:67108864", [](benchmark::State& s) { rocenante_bench::bench_copy(s, big); })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
   benchmark::RegisterBenchmark("nvfp4/quantize_epilogue/bf16/bytes:67108864/plain",
                                [](benchmark::State& s) { bench_epilogue(s, false); })
       ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
