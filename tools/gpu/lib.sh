@@ -40,13 +40,16 @@ step() {
   timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local r=$?
   say "$name: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$name.log" | tr '\n' ' ')"
 }
-# gpu_bench NAME BINARY FILTER [VAR=VALUE...]: run a Google Benchmark binary with the filter and the variables
-# (limit 200 s), JSON in $OUT/NAME.json, output in $OUT/bench-NAME.log, one summary line and the rows' times
+# gpu_bench NAME BINARY FILTER [VAR=VALUE | --flag ...]: run a Google Benchmark binary with the filter, the variables
+# in its environment and the --flags on its command line (limit 200 s), JSON in $OUT/NAME.json, output in
+# $OUT/bench-NAME.log, one summary line and the rows' times
 gpu_bench() {
   local name=$1 bin=$2 f=$3 lim; lim=$(left 200); shift 3; local t; t=$(date +%s)
   if [ "$lim" -lt 10 ]; then say "$name: skipped (deadline)"; return; fi
-  env "$@" timeout "$lim" "$bin" --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
-    --benchmark_counters_tabular=true >"$OUT/bench-$name.log" 2>&1
+  local vars=() flags=() a
+  for a in "$@"; do if [[ $a == --* ]]; then flags+=("$a"); else vars+=("$a"); fi; done
+  env "${vars[@]}" timeout "$lim" "$bin" --benchmark_filter="$f" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
+    --benchmark_counters_tabular=true "${flags[@]}" >"$OUT/bench-$name.log" 2>&1
   say "$name ($*): rc=$? after $(( $(date +%s) - t )) s"
   grep -E "^(all_|copy|floor)" "$OUT/bench-$name.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"
 }
