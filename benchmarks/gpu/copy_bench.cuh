@@ -9,7 +9,7 @@
 
 namespace rocenante_bench {
 
-/// Times `copies` device-to-device copies of `bytes` (one untimed first); returns milliseconds.
+/// Times `copies` device-to-device copies of `bytes` between two events on the default stream; returns milliseconds.
 inline float time_d2d_copies(void* dst, const void* src, std::size_t bytes, int copies) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);

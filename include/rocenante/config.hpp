@@ -54,9 +54,9 @@
 /// early input, tools/gpu/s11-run.sh, docs/results/h200-2026-12-05/s11-0c4216e) or returns them unchanged (0).
 /// ptxas recomputes cheap values from a kernel's parameters where they are used, to save registers: in the
 /// decode-size all-reduce that put the reduce's source addresses (27 instructions, a constant-bank load among them)
-/// between the barrier after the wait and the first load, and the call signature's hash (11 dependent instructions) between the staging barrier and the flag's release. The
-/// signature is held in every protocol::session, so 1 touches every collective kernel (one register), not only the
-/// decode-size one. One value per program.
+/// between the barrier after the wait and the first load, and the call signature's hash (11 dependent instructions)
+/// between the staging barrier and the flag's release. The signature is held in every protocol::session, so 1
+/// touches every collective kernel (one register), not only the decode-size one. One value per program.
 #ifndef ROCENANTE_SMALL_HOLD_ADDRESSES
 #define ROCENANTE_SMALL_HOLD_ADDRESSES 1
 #endif

@@ -16,6 +16,7 @@
 #include <limits>
 #include <mutex>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace rocenante;
@@ -171,17 +172,28 @@ TEST_SUITE("host.nvfp4.wire") {
     });
     for (int r = 0; r < 3; ++r) CHECK_MESSAGE(st[r] == status::mismatch, "rank " << r << ": " << to_string(st[r]));
   }
-  TEST_CASE("a payload that does not fit the window is refused on every rank alike") {
-    std::vector<status> st(2);
+  TEST_CASE("a payload that does not fit the window is refused on every rank alike; later calls report poisoned") {
+    std::vector<status> st(2), later(2);
+    std::vector<std::string> later_error(2);
+    std::vector<bool> healthy(2);
     host::spawn_ranks(2, [&](bootstrap::in_process& b) {
       // 32-byte source region: 16 bf16 elements fit as input, but their payload is 16 + 16 + 16 = 48 bytes
       host::nvfp4_communicator<transport::loopback> c(b, fp4_options(32, 8, 16));
       std::vector<__nv_bfloat16> x(16, from_float<__nv_bfloat16>(1.0f)), y(16);
       st[b.rank()] = c.all_reduce_fp4(x.data(), y.data(), 16);
+      // bad input on a poisoned communicator: the recorded failure, not a new refusal nobody can take part in
+      later[b.rank()] = c.all_reduce(x.data(), static_cast<__nv_bfloat16*>(nullptr), 16);
+      later_error[b.rank()] = c.last_error();
+      healthy[b.rank()] = c.check_health().ok();
     });
     CHECK(st[0] != status::ok);
     CHECK(st[1] != status::ok);
     CHECK(st[0] == status::invalid_argument);
+    for (int r = 0; r < 2; ++r) {
+      CHECK_MESSAGE(later[r] == status::poisoned, "rank " << r << ": " << to_string(later[r]) << " " << later_error[r]);
+      CHECK(later_error[r].find("pointer is null") == std::string::npos);
+      CHECK(!healthy[r]);
+    }
     CHECK(one_shot_fp4::payload_bytes(16, 1) == 48);
     CHECK(!one_shot_fp4::fits_window(16, 1, 32));
     CHECK(one_shot_fp4::fits_window(16, 1, 48));

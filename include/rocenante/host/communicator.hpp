@@ -124,8 +124,10 @@ class executor_base {
   }
 
   /// Bad input seen by this rank: its peers may already be inside this collective, so the rank takes its place
-  /// in the sequence and tells them to abort (session::reject), then reports the reason.
+  /// in the sequence and tells them to abort (session::reject), then reports the reason. On a poisoned
+  /// communicator there is no sequence to take part in: the call reports the recorded failure, as every call does.
   status reject_call(const std::string& why, status code = status::invalid_argument) {
+    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
     protocol::host_team team;
     auto handle = transport_.handle();
     session_t s(team, handle, &state_, policy_, 0, 0);
@@ -169,9 +171,7 @@ class communicator : public executor_base<Transport> {
   using base::layout_;
   using base::opts_;
   using base::overlaps;
-  using base::refuse;
   using base::reject_call;
-  using base::state_;
   using typename base::session_t;
 
  public:
@@ -251,7 +251,6 @@ class communicator : public executor_base<Transport> {
   template <class A, class R>
   status run(protocol::collective c, const typename R::value_type* in, typename R::value_type* out, std::size_t count) {
     using T = typename R::value_type;
-    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
     const std::uint64_t bytes = std::uint64_t{count} * sizeof(T);
     std::string why = this->check_common(in, out, count, sizeof(T));
     if (why.empty() && !fits<A>(layout_))

@@ -121,7 +121,6 @@ class nvfp4_communicator : public executor_base<Transport> {
                                               static_cast<std::uint32_t>(dtype::nvfp4), count);
     return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_gather_nvfp4(s, g, parts); });
   }
-
 };
 
 }  // namespace rocenante::host
