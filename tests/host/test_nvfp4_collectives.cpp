@@ -175,7 +175,7 @@ TEST_SUITE("host.nvfp4.wire") {
   TEST_CASE("a payload that does not fit the window is refused on every rank alike; later calls report poisoned") {
     std::vector<status> st(2), later(2);
     std::vector<std::string> later_error(2);
-    std::vector<bool> healthy(2);
+    std::vector<int> healthy(2);  // not vector<bool>: two ranks write neighbouring bits of one word
     host::spawn_ranks(2, [&](bootstrap::in_process& b) {
       // 32-byte source region: 16 bf16 elements fit as input, but their payload is 16 + 16 + 16 = 48 bytes
       host::nvfp4_communicator<transport::loopback> c(b, fp4_options(32, 8, 16));
