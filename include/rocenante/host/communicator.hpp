@@ -165,6 +165,11 @@ class executor_base {
   std::string last_error_;
 };
 
+/// Bytes of one element of `t` on the host executor (0: no reduction for `t` here).
+constexpr std::size_t element_bytes(dtype t) {
+  return t == dtype::f32 ? 4 : (t == dtype::f16 || t == dtype::bf16) ? 2 : 0;
+}
+
 template <transport::transport Transport>
 class communicator : public executor_base<Transport> {
   using base = executor_base<Transport>;
@@ -236,6 +241,33 @@ class communicator : public executor_base<Transport> {
       return all_gather<algorithm::one_shot>(static_cast<const T*>(in), static_cast<T*>(out), count);
     });
   }
+
+  /// Why a call of `count` elements of `t` with algorithm `a` would be refused (empty: it would run), judged only
+  /// from values every rank shares (count, dtype, capacity, this window's layout), never from pointers: every rank
+  /// asking with the same arguments gets the same answer, so an engine can fall back on every rank together.
+  /// Consumes no sequence number and never poisons.
+  std::string refusal(std::size_t count, dtype t, algorithm::algo a,
+                      protocol::collective c = protocol::collective::all_reduce) const {
+    const std::size_t elem = element_bytes(t);
+    if (elem == 0) return std::string("no reduction for dtype ") + to_string(t) + " on the host executor";
+    if (c == protocol::collective::all_gather && a != algorithm::algo::one_shot)
+      return "all_gather runs one_shot only";
+    if (count == 0) return "count is zero";
+    if (count > opts_.capacity_bytes / elem)
+      return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
+             std::to_string(opts_.capacity_bytes);
+    const bool fit = a == algorithm::algo::ring ? fits<algorithm::ring>(layout_) : fits<algorithm::one_shot>(layout_);
+    if (!fit) return std::string("algorithm ") + (a == algorithm::algo::ring ? "ring" : "one_shot") + " needs a larger window than this communicator laid out";
+    return {};
+  }
+  bool accepts(std::size_t count, dtype t, algorithm::algo a,
+               protocol::collective c = protocol::collective::all_reduce) const {
+    return refusal(count, t, a, c).empty();
+  }
+
+  /// Refuses this call for a reason the caller found (a binding's checks: device, layout, output size): as for any
+  /// bad input, the rank takes its place in the sequence, tells its peers to abort, and the communicator is poisoned.
+  status reject(const std::string& why, status code = status::invalid_argument) { return reject_call(why, code); }
 
  private:
   template <class F>

@@ -658,6 +658,37 @@ class selected_communicator {
     return all_reduce(in, out, count, t, algorithm_for(std::uint64_t{count} * elem));
   }
 
+  status all_gather(const void* in, void* out, std::size_t count, dtype t) {
+    if (auto s = refuse_if_unreachable(algorithm::algo::one_shot)) return *s;
+    return pass([&](auto& c) { return c.all_gather(in, out, count, t); });
+  }
+
+  /// Why a call would be refused (empty: it would run): communicator::refusal, plus what start-up connectivity
+  /// refuses; `a` empty is the algorithm a call that names none runs. Rank-invariant, never poisons.
+  std::string refusal(std::size_t count, dtype t, std::optional<algorithm::algo> a = std::nullopt,
+                      protocol::collective c = protocol::collective::all_reduce) const {
+    const algorithm::algo x = a ? *a
+                              : c == protocol::collective::all_gather ? algorithm::algo::one_shot
+                                                                       : algorithm_for(std::uint64_t{count} * element_bytes(t));
+    std::string why = sel_.connectivity.refusal(x);
+    if (!why.empty()) return why;
+    std::visit(
+        [&](const auto& p) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(p)>, std::monostate>) why = "no communicator was built";
+          else why = p->refusal(count, t, x, c);
+        },
+        comm_);
+    return why;
+  }
+  bool accepts(std::size_t count, dtype t, std::optional<algorithm::algo> a = std::nullopt,
+               protocol::collective c = protocol::collective::all_reduce) const {
+    return refusal(count, t, a, c).empty();
+  }
+  /// communicator::reject: refuses this call for a reason the caller found, telling the peers (poisons).
+  status reject(const std::string& why, status code = status::invalid_argument) {
+    return pass([&](auto& c) { return c.reject(why, code); });
+  }
+
   health check_health() const {
     if (const auto* c = std::get_if<std::unique_ptr<loopback_comm>>(&comm_)) return (*c)->check_health();
     if (const auto* c = std::get_if<std::unique_ptr<socket_comm>>(&comm_)) return (*c)->check_health();

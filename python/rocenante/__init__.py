@@ -1,0 +1,257 @@
+"""RoCEnante collectives from Python: one-shot and ring all-reduce and all-gather over the host executor.
+
+Arrays travel through DLPack, so NumPy, torch, CuPy and JAX arrays all work; the GIL is released while a collective
+runs. Every rank builds a Communicator collectively and then calls the same collectives in the same order with the
+same element counts; the rules are those of the C++ API (docs/python.md).
+
+    world = rocenante.World(4)                        # ranks as threads of this process
+    comm = rocenante.Communicator.in_process(world, rank)
+    comm.all_reduce(x)                                # in place: x becomes the sum over ranks
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from . import _ext
+from ._ext import BootstrapError, CollectiveError, ConfigError, ConfigMismatchError, Error, TransportError
+
+__all__ = [
+    "Communicator", "World", "Health", "Error", "ConfigError", "ConfigMismatchError", "BootstrapError",
+    "TransportError", "CollectiveError", "has_tcp_bootstrap",
+]
+
+#: Whether this build has the store bootstrap (Communicator.from_env).
+has_tcp_bootstrap: bool = bool(_ext.has_tcp_bootstrap)
+
+_DEFAULT_MAX_BYTES = 1 << 20
+
+
+class World:
+    """Ranks as threads of one process: every rank's Communicator.in_process() takes the same World.
+
+    A rank that does not arrive at set-up within `timeout` seconds makes every waiting rank raise BootstrapError
+    naming the missing ranks.
+    """
+
+    def __init__(self, size: int, timeout: float = 60.0):
+        self._w = _ext.World(int(size), float(timeout))
+
+    @property
+    def size(self) -> int:
+        return self._w.size
+
+
+class Health:
+    """What Communicator.health() reports: `ok`, the status name (`state`) and the message naming the peer."""
+
+    __slots__ = ("ok", "state", "message")
+
+    def __init__(self, ok: bool, state: str, message: str):
+        self.ok, self.state, self.message = ok, state, message
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return f"Health(ok={self.ok}, state={self.state!r}, message={self.message!r})"
+
+
+def _bf16_view(x: Any):
+    """NumPy has no bfloat16 of its own and cannot export ml_dtypes.bfloat16 through DLPack: such an array goes
+    to the extension as a uint16 view with an explicit dtype. Other arrays go as they are."""
+    dt = getattr(x, "dtype", None)
+    if dt is not None and getattr(dt, "name", "") == "bfloat16" and hasattr(x, "view") and type(x).__module__ == "numpy":
+        import numpy as np
+
+        return x.view(np.uint16), "bf16"
+    return x, None
+
+
+def _writable(x: Any) -> bool:
+    flags = getattr(x, "flags", None)
+    return bool(getattr(flags, "writeable", True)) if flags is not None else True
+
+
+def _empty_like_gather(x: Any, size: int):
+    """Output of all_gather when none is given: shape (size, *x.shape), same type and dtype as x."""
+    if hasattr(x, "new_empty"):  # torch
+        return x.new_empty((size,) + tuple(x.shape))
+    import numpy as np
+
+    return np.empty((size,) + tuple(x.shape), dtype=x.dtype)
+
+
+class Communicator:
+    """One rank of a communicator over the host executor.
+
+    Build it on every rank collectively (in_process, from_callbacks, from_process_group, from_env). The transport is
+    chosen at start-up by all ranks together (`decision` says which and why): loopback when every rank is a thread of
+    one process, ibverbs where RDMA works, socket (TCP) across processes otherwise.
+
+    Options (identical on every rank, checked at set-up):
+      max_bytes  largest input of one rank to one collective, in bytes (all_gather: one rank's contribution)
+      timeout    bound on every wait for a peer, in seconds; a wait that runs out poisons the communicator
+      transport  "auto" (default), "loopback", "socket", "ibverbs", or "env" (ROCENANTE_TRANSPORT decides)
+      algo       algorithm of calls that pass algo="auto": "auto" (by size and rank count), "one_shot", "ring", "env"
+    """
+
+    def __init__(self, impl: Any):
+        self._c = impl
+
+    # -- construction ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _config(max_bytes: int, timeout: float, transport: str, algo: str):
+        return _ext.Config(int(max_bytes), float(timeout), str(transport), str(algo))
+
+    @classmethod
+    def in_process(cls, world: World, rank: int, *, max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0,
+                   transport: str = "auto", algo: str = "auto") -> "Communicator":
+        """Rank `rank` of `world` (ranks as threads). Every rank calls it, each from its own thread."""
+        return cls(_ext.Communicator.in_process(world._w, int(rank), cls._config(max_bytes, timeout, transport, algo)))
+
+    @classmethod
+    def from_callbacks(cls, rank: int, size: int, all_gather: Callable[[bytes], bytes], *,
+                       max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0, transport: str = "auto",
+                       algo: str = "auto") -> "Communicator":
+        """Set-up through your own exchange: all_gather(b) must be collective and return every rank's `b`
+        concatenated in rank order (all of equal length). It must not wait forever: an exception it raises becomes
+        BootstrapError. Used only during set-up."""
+        return cls(_ext.Communicator.callback(int(rank), int(size), all_gather,
+                                              cls._config(max_bytes, timeout, transport, algo)))
+
+    @classmethod
+    def from_process_group(cls, group: Any = None, device: Any = None, *, max_bytes: int = _DEFAULT_MAX_BYTES,
+                           timeout: float = 10.0, transport: str = "auto", algo: str = "auto") -> "Communicator":
+        """Set-up through a torch.distributed process group (a CPU group such as gloo; None: the default group):
+        its all_gather_object carries the set-up exchange. `device` must be None or "cpu" in this build."""
+        if device is not None and str(device) != "cpu":
+            raise ConfigError(f"device {device!r}: this build of rocenante has the host executor only (CPU arrays); "
+                              "pass device=None")
+        import torch.distributed as dist
+
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+
+        def all_gather(b: bytes) -> bytes:
+            parts = [None] * size
+            dist.all_gather_object(parts, b, group=group)
+            return b"".join(parts)
+
+        return cls.from_callbacks(rank, size, all_gather, max_bytes=max_bytes, timeout=timeout, transport=transport,
+                                  algo=algo)
+
+    @classmethod
+    def from_env(cls, *, max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0, transport: str = "auto",
+                 algo: str = "auto", bootstrap_timeout: float = 60.0) -> "Communicator":
+        """Set-up through the store bootstrap: ROCENANTE_BOOTSTRAP=host:port, else MASTER_ADDR and MASTER_PORT;
+        rank and size from ROCENANTE_RANK/ROCENANTE_WORLD_SIZE, RANK/WORLD_SIZE (torchrun) or
+        SLURM_PROCID/SLURM_NTASKS. Rank 0 listens; the others connect within `bootstrap_timeout` seconds."""
+        if not has_tcp_bootstrap:
+            raise ConfigError("this build of rocenante has no store bootstrap (bootstrap/tcp.hpp); use "
+                              "from_process_group or from_callbacks")
+        return cls(_ext.Communicator.from_env(cls._config(max_bytes, timeout, transport, algo),
+                                              float(bootstrap_timeout)))
+
+    # -- collectives -------------------------------------------------------------------------------------------
+    def _raise_if_failed(self, result) -> None:
+        status, message = result
+        if status != "ok":
+            err = CollectiveError(message or f"rocenante rank {self.rank}: collective failed ({status})")
+            err.status = status
+            raise err
+
+    def all_reduce(self, x: Any, out: Any = None, algo: str = "auto", stream: Any = None):
+        """out = sum over ranks of x, elementwise; returns the array holding the result (x itself when out is None:
+        in place). x: a C-contiguous CPU array of float32, float16 or bfloat16 with at most max_bytes bytes;
+        out: same dtype and element count. Bytes of the result are identical on every rank. algo: "auto" (the
+        communicator's choice, by size), "one_shot" or "ring". Raises CollectiveError (message from the C++ library,
+        naming the rank) when the call is refused or a peer fails; a refused call tells the peers and poisons the
+        communicator: ask accepts() first to fall back without poisoning."""
+        self._no_stream(stream)
+        xv, as_dtype = _bf16_view(x)
+        ov = None
+        if out is not None:
+            ov, _ = _bf16_view(out)
+        target = x if out is None else out
+        if not _writable(target):
+            self._raise_if_failed(self._c.reject("the output array is read-only"))
+        self._raise_if_failed(self._c.all_reduce(xv, ov, str(algo), as_dtype))
+        return target
+
+    def all_gather(self, x: Any, out: Any = None, stream: Any = None):
+        """out[q] = x of rank q: out holds size * x.size elements (rank-major); when None, a new array of shape
+        (size, *x.shape) of x's type. Returns out. Same input rules as all_reduce; algorithm one_shot."""
+        self._no_stream(stream)
+        if out is None:
+            out = _empty_like_gather(x, self.size)
+        xv, as_dtype = _bf16_view(x)
+        ov, _ = _bf16_view(out)
+        if not _writable(out):
+            self._raise_if_failed(self._c.reject("the output array is read-only"))
+        self._raise_if_failed(self._c.all_gather(xv, ov, as_dtype))
+        return out
+
+    def accepts(self, x: Any, algo: str = "auto", collective: str = "all_reduce") -> bool:
+        """Whether a call with an array like x would run: element count, dtype, capacity, contiguity, device and the
+        algorithm (and what start-up connectivity allows). It never looks at the array's address, so every rank asking
+        with the same shape and dtype gets the same answer; it never poisons and consumes no sequence number, so an
+        engine can fall back on every rank together. why_not() gives the reason."""
+        return not self.why_not(x, algo, collective)
+
+    def why_not(self, x: Any, algo: str = "auto", collective: str = "all_reduce") -> str:
+        """The reason accepts() is false (empty string when it is true)."""
+        if collective not in ("all_reduce", "all_gather"):
+            raise ValueError(f"collective must be 'all_reduce' or 'all_gather', got {collective!r}")
+        xv, as_dtype = _bf16_view(x)
+        return self._c.refusal(xv, str(algo), collective, as_dtype)
+
+    @staticmethod
+    def _no_stream(stream: Any) -> None:
+        if stream is not None:
+            raise ValueError("stream applies to GPU arrays; this build of rocenante has the host executor only")
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    def health(self) -> Health:
+        """This rank's health without waiting for anything: ok, or the first failure naming the peer and sequence."""
+        return Health(*self._c.health())
+
+    @property
+    def last_error(self) -> str:
+        """Message of the last failed call on this rank (empty if none)."""
+        return self._c.last_error
+
+    @property
+    def decision(self) -> str:
+        """The start-up decision, identical on every rank: the transport chosen and why (the start-up log line)."""
+        return self._c.decision
+
+    @property
+    def transport(self) -> str:
+        return self._c.transport
+
+    @property
+    def rank(self) -> int:
+        return self._c.rank
+
+    @property
+    def size(self) -> int:
+        return self._c.size
+
+    @property
+    def closed(self) -> bool:
+        return self._c.closed
+
+    def close(self) -> None:
+        """Frees the communicator without waiting for peers (returns even when a peer is dead). Idempotent."""
+        self._c.close()
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.transport
+        return f"<rocenante.Communicator rank {self.rank} of {self.size}, {state}>"
+
