@@ -205,10 +205,10 @@ class Communicator:
         xv, as_dtype = _bf16_view(x)
         return self._c.refusal(xv, str(algo), collective, as_dtype)
 
-    @staticmethod
-    def _no_stream(stream: Any) -> None:
-        if stream is not None:
-            raise ValueError("stream applies to GPU arrays; this build of rocenante has the host executor only")
+    def _no_stream(self, stream: Any) -> None:
+        if stream is not None:  # refused through the library, so that the peers do not wait for this rank
+            self._raise_if_failed(self._c.reject("stream applies to GPU arrays; this build of rocenante has the host "
+                                                 "executor only: pass stream=None"))
 
     # -- state ---------------------------------------------------------------------------------------------------
     def health(self) -> Health:

@@ -79,6 +79,7 @@ element element_of(const array& a, const std::optional<std::string>& as) {
 }
 
 bool c_contiguous(const array& a) {
+  if (a.size() == 0) return true;  // strides of an empty array mean nothing
   std::int64_t expect = 1;
   for (std::size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect) return false;
@@ -164,7 +165,9 @@ class python_bootstrap {
                                   " (every rank's bytes, in rank order)");
       std::memcpy(recv, b.c_str(), want);
     } catch (nb::python_error& e) {
-      throw rc::bootstrap_error("rank " + std::to_string(rank_) + ": the all_gather callback raised: " + e.what());
+      const std::string what = nb::borrow<nb::str>(nb::str(e.type().attr("__name__"))).c_str() + std::string(": ") +
+                               nb::str(e.value()).c_str();
+      throw rc::bootstrap_error("rank " + std::to_string(rank_) + ": the all_gather callback raised " + what);
     } catch (const nb::cast_error&) {
       throw rc::bootstrap_error("rank " + std::to_string(rank_) + ": the all_gather callback must return bytes");
     }
@@ -224,10 +227,16 @@ class communicator {
   std::tuple<std::string, std::string> all_reduce(array x, std::optional<array> out, const std::string& algo,
                                                    std::optional<std::string> as) {
     auto& c = live();
-    const std::optional<rc::algorithm::algo> a = parse_algo(algo);
+    std::optional<rc::algorithm::algo> a;
+    std::string why;
+    try {
+      a = parse_algo(algo);
+    } catch (const rc::config_error& err) {
+      why = err.what();  // refused like bad input, so that the peers do not wait for this rank
+    }
     array y = out ? *out : x;
     const element e = element_of(x, as);
-    std::string why = array_problem(x, e, "input");
+    if (why.empty()) why = array_problem(x, e, "input");
     if (why.empty() && out) why = array_problem(y, element_of(y, as), "output");
     if (why.empty() && out && element_of(y, as).name != e.name) why = "output dtype differs from the input's (" + e.name + ")";
     if (why.empty() && y.size() != x.size())

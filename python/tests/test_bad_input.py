@@ -1,0 +1,174 @@
+"""Bad input: Python exceptions carrying the C++ message and naming the rank; the peers of a rank that refuses a
+call are told (they raise too, instead of waiting out the timeout); accepts() says no without poisoning."""
+import time
+
+import numpy as np
+import pytest
+
+import rocenante
+from conftest import run_ranks
+
+MAX = 4096  # bytes
+
+
+def expect_refusal_everywhere(results, bad_rank, own_words):
+    """The bad rank raises CollectiveError with its own reason; every peer raises naming the bad rank."""
+    for r, e in enumerate(results):
+        assert isinstance(e, rocenante.CollectiveError), f"rank {r} returned {e!r}"
+        if r == bad_rank:
+            assert f"rocenante rank {bad_rank}:" in str(e) and own_words in str(e), str(e)
+        else:
+            assert f"rank {bad_rank}" in str(e), f"rank {r}'s error does not name rank {bad_rank}: {e}"
+
+
+@pytest.mark.parametrize("case, words", [
+    ("too_big", "exceeds capacity_bytes 4096"),
+    ("int32", "has dtype int32; rocenante reduces float32, float16 and bfloat16"),
+    ("strided", "is not C-contiguous"),
+    ("empty", "count is zero"),
+    ("short_out", "output has 10 elements, the input 11"),
+    ("dtype_out", "output dtype differs"),
+    ("bad_algo", 'algo must be "auto", "one_shot" or "ring"'),
+    ("read_only", "the output array is read-only"),
+    ("stream", "stream applies to GPU arrays"),
+])
+def test_bad_call_on_one_rank_raises_there_and_on_its_peers(case, words):
+    bad = 1
+
+    def body(comm):
+        x = np.ones(11, np.float32)
+        kw = {}
+        if comm.rank == bad:
+            if case == "too_big":
+                x = np.ones(MAX // 4 + 1, np.float32)
+            elif case == "int32":
+                x = np.ones(11, np.int32)
+            elif case == "strided":
+                x = np.ones(22, np.float32)[::2]
+            elif case == "empty":
+                x = np.ones(0, np.float32)
+            elif case == "short_out":
+                kw["out"] = np.ones(10, np.float32)
+            elif case == "dtype_out":
+                kw["out"] = np.ones(11, np.float16)
+            elif case == "bad_algo":
+                kw["algo"] = "fastest"
+            elif case == "read_only":
+                x.flags.writeable = False
+            elif case == "stream":
+                kw["stream"] = 7
+        t0 = time.monotonic()
+        try:
+            comm.all_reduce(x, **kw)
+        except rocenante.CollectiveError as e:
+            assert time.monotonic() - t0 < 5, "the refusal waited for a timeout instead of being told"
+            assert not comm.health().ok  # a refused call poisons, as in C++
+            with pytest.raises(rocenante.CollectiveError):  # and every later call fails fast
+                comm.all_reduce(np.ones(11, np.float32))
+            return e
+        return "no error"
+
+    expect_refusal_everywhere(run_ranks(3, body, max_bytes=MAX, timeout=20), bad, words)
+
+
+def test_collective_error_carries_the_status():
+    def body(comm):
+        try:
+            comm.all_reduce(np.ones(3, np.int64) if comm.rank == 0 else np.ones(3, np.float32))
+        except rocenante.CollectiveError as e:
+            return e.status
+
+    own, peer = run_ranks(2, body)
+    assert own == "not_supported"
+    assert peer in ("mismatch", "poisoned")  # the peer saw rank 0's abort flag inside its own call
+
+
+def test_accepts_is_false_without_poisoning_and_the_next_call_runs():
+    def body(comm):
+        refused = {
+            "too_big": np.ones(MAX // 2 + 1, np.float16),
+            "int32": np.ones(8, np.int32),
+            "float64": np.ones(8, np.float64),
+            "strided": np.ones(16, np.float32)[::2],
+            "empty": np.ones(0, np.float32),
+        }
+        answers = {k: comm.accepts(v) for k, v in refused.items()}
+        reasons = {k: comm.why_not(v) for k, v in refused.items()}
+        gather_ring = comm.why_not(np.ones(8, np.float32), algo="ring", collective="all_gather")
+        fits = comm.accepts(np.ones(MAX // 4, np.float32), algo="ring")
+        assert comm.health().ok and comm.last_error == ""
+        x = np.full(8, comm.rank + 1.0, np.float32)
+        comm.all_reduce(x)  # nothing was consumed or poisoned by the questions
+        return answers, reasons, gather_ring, fits, x.tolist()
+
+    for answers, reasons, gather_ring, fits, x in run_ranks(2, body, max_bytes=MAX):
+        assert answers == {k: False for k in answers}
+        assert "exceeds capacity_bytes 4096" in reasons["too_big"]
+        assert "dtype float64" in reasons["float64"]
+        assert gather_ring == "all_gather runs one_shot only"
+        assert fits is True
+        assert x == [3.0] * 8
+
+
+def test_set_up_with_different_options_fails_on_every_rank_naming_the_field():
+    world = rocenante.World(2, timeout=20)
+    import threading
+
+    errs = [None, None]
+
+    def one(rank):
+        try:
+            rocenante.Communicator.in_process(world, rank, max_bytes=4096 * (rank + 1))
+        except rocenante.Error as e:
+            errs[rank] = e
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+    [t.start() for t in ts]
+    [t.join(60) for t in ts]
+    for e in errs:
+        # The start-up vote reports a set-up that failed on some rank as "no transport usable", with each rank's reason.
+        assert isinstance(e, rocenante.TransportError) and isinstance(e, rocenante.Error), repr(e)
+        assert "field 'capacity_bytes' is 4096 on rank 0 but 8192 on rank 1" in str(e)
+
+
+def test_bad_option_value_is_a_config_error():
+    with pytest.raises(rocenante.ConfigError, match='transport must be "auto"'):
+        rocenante.Communicator.in_process(rocenante.World(1), 0, transport="carrier-pigeon")
+    with pytest.raises(rocenante.ConfigError, match="outside"):
+        rocenante.Communicator.in_process(rocenante.World(1), 3)
+
+
+def test_a_raising_bootstrap_callback_is_a_bootstrap_error():
+    def all_gather(b):
+        raise OSError("the store is down")
+
+    with pytest.raises(rocenante.BootstrapError, match="rank 0: the all_gather callback raised OSError: the store is down"):
+        rocenante.Communicator.from_callbacks(0, 1, all_gather)
+
+
+def test_a_rank_that_never_sets_up_is_named_by_the_bootstrap():
+    world = rocenante.World(2, timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(rocenante.BootstrapError, match=r"rank\(s\) 1 that never arrived"):
+        rocenante.Communicator.in_process(world, 0)
+    assert time.monotonic() - t0 < 10
+
+
+def test_ranks_asking_for_different_transports_get_config_mismatch_error():
+    import threading
+
+    world = rocenante.World(2, timeout=20)
+    errs = [None, None]
+
+    def one(rank):
+        try:
+            rocenante.Communicator.in_process(world, rank, transport=("loopback", "auto")[rank])
+        except rocenante.Error as e:
+            errs[rank] = e
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+    [t.start() for t in ts]
+    [t.join(60) for t in ts]
+    for e in errs:
+        assert isinstance(e, rocenante.ConfigMismatchError) and isinstance(e, rocenante.ConfigError), repr(e)
+        assert "ROCENANTE_TRANSPORT is loopback on rank 0 but auto on rank 1" in str(e)
