@@ -52,6 +52,7 @@
 #include "../config.hpp"
 #include "../core/env.hpp"
 #include "../core/error.hpp"
+#include "../core/identity.hpp"
 #include "../core/log.hpp"
 #include "../core/options.hpp"
 #include "../transport/loopback.hpp"
@@ -288,16 +289,8 @@ struct probe_card {
 };
 static_assert(std::is_trivially_copyable_v<probe_card>);
 
-/// Same value on every rank of one process, different between processes (host name, pid and an address).
-inline std::uint64_t process_token() {
-  static const char anchor = 0;
-  char host[64] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::uint64_t h = 1469598103934665603ull;
-  for (const char* p = host; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
-  h ^= static_cast<std::uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull;
-  return h ^ reinterpret_cast<std::uintptr_t>(&anchor);
-}
+/// Same value on every rank of one process, different between processes (core/identity.hpp).
+inline std::uint64_t process_token() { return identity::process(); }
 
 inline verdict probe_ibverbs(int rank, const env::settings& s) {
 #if ROCENANTE_HAS_IBVERBS

@@ -1,0 +1,492 @@
+// tests/host/test_multiprocess.cpp — ranks as processes, started without MPI: this program re-executes itself
+// once per rank (`--rank SCENARIO`, rank and size in ROCENANTE_RANK / ROCENANTE_WORLD_SIZE, rank 0's address in
+// ROCENANTE_BOOTSTRAP, as a shell loop or torchrun would set them) and checks what each rank printed and how it
+// exited. Covers bootstrap::tcp (exchanges, a rank that never connects, a dead rank, bad variables), the host
+// executor across processes over the socket transport chosen by the start-up vote (every dtype, one_shot, ring and
+// all-gather, exact and byte-identical across processes, mixed sequences, a rank killed with SIGKILL), and the
+// GPU topology of a DGX Spark cluster (every rank "device 0" of its own host).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rocenante/bootstrap/tcp.hpp>
+#include <rocenante/gpu/topology.hpp>
+#include <rocenante/host/select.hpp>
+
+using namespace rocenante;
+
+namespace {
+
+// ---- the parent: start ranks, wait for them, read what they printed ------------------------------------------
+
+struct rank_result {
+  int exit_code = -1;      ///< -1: killed by a signal or did not finish
+  int signal = 0;
+  double seconds = 0;      ///< from the start of the world to the exit
+  std::string out;         ///< what the rank printed (stdout and stderr)
+  /// The value of "key=value" on a line of its own in `out` (empty when absent).
+  std::string value(const std::string& key) const {
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+    return {};
+  }
+};
+
+/// A free TCP port on this machine (bound and released; another process could take it in between, which a test
+/// run would report as a bind error naming the port).
+std::uint16_t free_port() {
+  transport::sock::fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(f.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(f.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  return ntohs(a.sin_port);
+}
+
+/// Starts `started` of a world of `size` ranks running `scenario` (ranks 0..started-1), each with the common
+/// variables, ROCENANTE_RANK / ROCENANTE_WORLD_SIZE, and `per_rank(rank)`'s extra variables; waits at most
+/// `limit` for all of them, kills what is left, and returns each rank's exit and output.
+std::vector<rank_result> run_world(const std::string& scenario, int size, int started,
+                                   std::map<std::string, std::string> common,
+                                   const std::function<std::map<std::string, std::string>(int)>& per_rank = {},
+                                   std::chrono::seconds limit = std::chrono::seconds(120)) {
+  if (!common.count("ROCENANTE_BOOTSTRAP")) common["ROCENANTE_BOOTSTRAP"] = "127.0.0.1:" + std::to_string(free_port());
+  char self[4096] = {};
+  REQUIRE(::readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  const std::string dir = "/tmp/rocenante-mp-" + std::to_string(::getpid()) + "-" + scenario;
+  ::mkdir(dir.c_str(), 0700);
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < started; ++r) {
+    std::map<std::string, std::string> vars = common;
+    vars["ROCENANTE_RANK"] = std::to_string(r);
+    vars["ROCENANTE_WORLD_SIZE"] = std::to_string(size);
+    if (per_rank)
+      for (auto& [k, v] : per_rank(r)) vars[k] = v;
+    logs.push_back(dir + "/rank" + std::to_string(r) + ".log");
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int f = ::open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(f, 1);
+      ::dup2(f, 2);
+      for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+      // variables of a launcher that may surround this test would take precedence over nothing: clear them
+      for (const char* k : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+                            "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"})
+        if (!vars.count(k)) ::unsetenv(k);
+      ::execl(self, self, "--rank", scenario.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<rank_result> res(static_cast<std::size_t>(started));
+  std::vector<bool> done(static_cast<std::size_t>(started), false);
+  int left = started;
+  while (left > 0 && std::chrono::steady_clock::now() - t0 < limit) {
+    for (int r = 0; r < started; ++r) {
+      if (done[r]) continue;
+      int st = 0;
+      if (::waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
+      done[r] = true;
+      --left;
+      res[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (WIFEXITED(st)) res[r].exit_code = WEXITSTATUS(st);
+      if (WIFSIGNALED(st)) res[r].signal = WTERMSIG(st);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int r = 0; r < started; ++r) {
+    if (!done[r]) {
+      ::kill(pids[r], SIGKILL);
+      ::waitpid(pids[r], nullptr, 0);
+      res[r].out = "(did not finish within the test's limit)\n";
+    }
+    std::ifstream in(logs[r]);
+    res[r].out += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(logs[r].c_str());
+  }
+  ::rmdir(dir.c_str());
+  return res;
+}
+
+std::string all_output(const std::vector<rank_result>& rs) {
+  std::string s;
+  for (std::size_t r = 0; r < rs.size(); ++r)
+    s += "--- rank " + std::to_string(r) + " (exit " + std::to_string(rs[r].exit_code) + ", signal " +
+         std::to_string(rs[r].signal) + ", " + std::to_string(rs[r].seconds) + " s):\n" + rs[r].out;
+  return s;
+}
+
+// ---- the ranks ------------------------------------------------------------------------------------------------
+
+std::uint64_t fnv(const void* p, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  return h;
+}
+
+/// Every set-up exchange a communicator makes, in several sizes: what each rank receives is every rank's bytes.
+int rank_exchange() {
+  bootstrap::tcp boot = bootstrap::tcp::from_env();
+  const int n = boot.size(), me = boot.rank();
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{8}, std::size_t{1000}, std::size_t{200000}, std::size_t{3}}) {
+    std::vector<std::uint8_t> mine(bytes), all(bytes * static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < bytes; ++i) mine[i] = static_cast<std::uint8_t>(me * 31 + i * 7 + bytes);
+    boot.all_gather(mine.data(), all.data(), bytes);
+    for (int q = 0; q < n; ++q)
+      for (std::size_t i = 0; i < bytes; ++i)
+        if (all[q * bytes + i] != static_cast<std::uint8_t>(q * 31 + i * 7 + bytes)) {
+          std::printf("wrong byte %zu of rank %d in an exchange of %zu bytes\n", i, q, bytes);
+          return 1;
+        }
+    boot.barrier();
+  }
+  std::printf("local_rank=%d\nexchanges=ok\n", boot.local_rank());
+  return 0;
+}
+
+/// Set-up that is expected to fail (a missing rank, a bad variable): print the message, exit 3.
+int rank_expect_failure() {
+  try {
+    bootstrap::tcp boot = bootstrap::tcp::from_env();
+    boot.barrier();
+  } catch (const error& e) {
+    std::printf("error=%s\n", e.what());
+    return 3;
+  }
+  std::printf("error=(none)\n");
+  return 0;
+}
+
+/// Inputs whose sums are exact in every dtype and every order: small integers.
+template <class T>
+T input(int rank, std::size_t i, int round) {
+  return reduce::sum<T>::from_accum(static_cast<float>((rank * 5 + static_cast<int>(i % 11) + round) % 13 - 6));
+}
+template <class T>
+float expected_sum(int n, std::size_t i, int round) {
+  float s = 0;
+  for (int q = 0; q < n; ++q) s += reduce::sum<T>::to_accum(input<T>(q, i, round));
+  return s;
+}
+
+/// One all-reduce or all-gather of `count` elements of T, checked exactly against the reference every rank can
+/// compute; returns an empty string or what was wrong, and folds the output bytes into `hash`.
+template <class T>
+std::string one_call(host::selected_communicator& c, algorithm::algo a, bool gather, std::size_t count, int round,
+                     std::uint64_t& hash) {
+  const int n = c.size(), me = c.rank();
+  std::vector<T> in(count), out(gather ? count * n : count);
+  for (std::size_t i = 0; i < count; ++i) in[i] = input<T>(me, i, round);
+  const status st = gather ? c.all_gather(in.data(), out.data(), count)
+                    : a == algorithm::algo::ring ? c.all_reduce(in.data(), out.data(), count, algorithm::ring{})
+                                                 : c.all_reduce(in.data(), out.data(), count, algorithm::one_shot{});
+  if (st != status::ok) return std::string("status ") + to_string(st) + ": " + c.last_error();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const float want = gather ? reduce::sum<T>::to_accum(input<T>(static_cast<int>(i / count), i % count, round))
+                              : expected_sum<T>(n, i, round);
+    if (reduce::sum<T>::to_accum(out[i]) != want)
+      return "element " + std::to_string(i) + " is " + std::to_string(reduce::sum<T>::to_accum(out[i])) + ", expected " +
+             std::to_string(want);
+  }
+  hash = fnv(out.data(), out.size() * sizeof(T), hash);
+  return {};
+}
+
+/// The host executor across processes: the start-up vote, then every dtype x algorithm and a mixed sequence.
+int rank_collectives() {
+  bootstrap::tcp boot = bootstrap::tcp::from_env();
+  options o;
+  o.capacity_bytes = 64 * 1024;
+  o.timeout_ns = 20'000'000'000ull;
+  host::selected_communicator c(boot, o);
+  std::printf("transport=%s\ndecision=%s\n", host::to_string(c.transport()), c.selected().summary().c_str());
+  std::uint64_t hash = 1469598103934665603ull;
+  int calls = 0;
+  auto fail = [&](const std::string& what, const std::string& why) {
+    std::printf("failed=%s: %s\n", what.c_str(), why.c_str());
+    return 1;
+  };
+  for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring})
+    for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{4099}, std::size_t{16384}}) {
+      const std::string what = std::string(a == algorithm::algo::ring ? "ring" : "one_shot") + " count " + std::to_string(count);
+      if (auto w = one_call<float>(c, a, false, count, calls++, hash); !w.empty()) return fail(what + " fp32", w);
+      if (auto w = one_call<__half>(c, a, false, count, calls++, hash); !w.empty()) return fail(what + " fp16", w);
+      if (auto w = one_call<__nv_bfloat16>(c, a, false, count, calls++, hash); !w.empty()) return fail(what + " bf16", w);
+    }
+  for (std::size_t count : {std::size_t{1}, std::size_t{333}, std::size_t{8192}})
+    if (auto w = one_call<__nv_bfloat16>(c, algorithm::algo::one_shot, true, count, calls++, hash); !w.empty())
+      return fail("all_gather count " + std::to_string(count), w);
+  // A mixed sequence: the same pseudo-random choices on every rank (same seed).
+  std::mt19937 rng(2026);
+  for (int k = 0; k < 200; ++k) {
+    const std::size_t count = 1 + rng() % 6000;
+    const int pick = static_cast<int>(rng() % 5);
+    const auto a = rng() % 2 ? algorithm::algo::ring : algorithm::algo::one_shot;
+    std::string w;
+    if (pick == 0) w = one_call<float>(c, a, false, count, calls, hash);
+    else if (pick == 1) w = one_call<__half>(c, a, false, count, calls, hash);
+    else if (pick == 2) w = one_call<__nv_bfloat16>(c, a, false, count, calls, hash);
+    else if (pick == 3) w = one_call<float>(c, algorithm::algo::one_shot, true, count % 2000 + 1, calls, hash);
+    else w = one_call<__half>(c, a, false, count, calls, hash);
+    ++calls;
+    if (!w.empty()) return fail("mixed call " + std::to_string(k), w);
+  }
+  std::printf("calls=%d\nhash=%016llx\n", calls, static_cast<unsigned long long>(hash));
+  return 0;
+}
+
+/// Rank 2 kills itself with SIGKILL after 50 collectives; the others report it by name within timeout + 1 s.
+int rank_kill() {
+  bootstrap::tcp boot = bootstrap::tcp::from_env();
+  options o;
+  o.capacity_bytes = 16 * 1024;
+  host::selected_communicator c(boot, o);  // ROCENANTE_TIMEOUT_MS from the parent sets the bound
+  std::vector<float> in(1024, 1.0f), out(1024);
+  auto last_ok = std::chrono::steady_clock::now();
+  for (int k = 0;; ++k) {
+    if (c.rank() == 2 && k == 50) ::raise(SIGKILL);
+    const status st = c.all_reduce(in.data(), out.data(), in.size(), algorithm::one_shot{});
+    if (st != status::ok) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
+      const host::health h = c.check_health();
+      std::printf("calls_ok=%d\nstatus=%s\nwaited=%.3f\nerror=%s\nhealth=%s\n", k, to_string(st), waited,
+                  c.last_error().c_str(), h.message.c_str());
+      return 0;
+    }
+    if (out[0] != static_cast<float>(c.size())) {
+      std::printf("wrong=%g\n", out[0]);
+      return 1;
+    }
+    last_ok = std::chrono::steady_clock::now();
+    if (k > 100000) return 1;  // rank 2 never died
+  }
+}
+
+/// A DGX Spark cluster: every rank is CUDA device 0 of its own host (ROCENANTE_HOST_ID differs). The topology set-up
+/// computes must not count the world as sharing one GPU, and the co-residency bound of an 8-rank world of 16-CTA
+/// collectives on a 48-SM GB10 must hold (with ordinals as the identity it would be 8 x 16 = 128 CTAs on 48 SMs).
+int rank_spark() {
+  bootstrap::tcp boot = bootstrap::tcp::from_env();
+  std::uint8_t uuid[16] = {};
+  const char* fake = std::getenv("TEST_GPU_UUID");  // one UUID per simulated GPU
+  for (int i = 0; fake && fake[i] && i < 16; ++i) uuid[i] = static_cast<std::uint8_t>(fake[i]);
+  const gpu::topology t = gpu::gather_topology(boot, gpu::make_identity(0, uuid));
+  std::printf("sharing=%d\none_host=%d\none_gpu=%d\nin_process=%d\npeer_ordinals=%zu\nfirst_remote=%d\n", t.sharing(),
+              t.all_one_host() ? 1 : 0, t.all_one_gpu() ? 1 : 0, t.in_this_process(), t.peer_ordinals().size(),
+              t.first_remote());
+  const std::string problem = gpu::co_residency_problem(t.sharing(), 16, 48, 1);
+  std::printf("co_residency=%s\n", problem.empty() ? "ok" : problem.c_str());
+  return 0;
+}
+
+int rank_main(const std::string& scenario) {
+  try {
+    if (scenario == "exchange") return rank_exchange();
+    if (scenario == "expect_failure") return rank_expect_failure();
+    if (scenario == "collectives") return rank_collectives();
+    if (scenario == "kill") return rank_kill();
+    if (scenario == "spark") return rank_spark();
+  } catch (const std::exception& e) {
+    std::printf("exception=%s\n", e.what());
+    return 2;
+  }
+  std::printf("unknown scenario %s\n", scenario.c_str());
+  return 64;
+}
+
+env::lookup vars(std::map<std::string, std::string> m) {
+  auto held = std::make_shared<std::map<std::string, std::string>>(std::move(m));
+  return [held](const char* k) -> const char* {
+    auto it = held->find(k);
+    return it == held->end() ? nullptr : it->second.c_str();
+  };
+}
+
+std::string config_error_of(std::map<std::string, std::string> m) {
+  try {
+    (void)bootstrap::tcp_config_from_env(vars(std::move(m)));
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_SUITE("host.multiprocess.bootstrap") {
+  TEST_CASE("bootstrap::tcp: 4 processes exchange set-up data of 1 B to 200 kB, every rank receives every rank's bytes") {
+    const auto rs = run_world("exchange", 4, 4, {{"LOCAL_RANK", "0"}});
+    INFO(all_output(rs));
+    for (const auto& r : rs) {
+      CHECK(r.exit_code == 0);
+      CHECK(r.value("exchanges") == "ok");
+      CHECK(r.value("local_rank") == "0");
+    }
+  }
+
+  TEST_CASE("bootstrap::tcp: a rank that never connects is named on every started rank within the timeout") {
+    const auto rs = run_world("expect_failure", 4, 3, {{"ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "2000"}});
+    INFO(all_output(rs));
+    for (const auto& r : rs) {
+      CHECK(r.exit_code == 3);
+      CHECK(r.value("error").find("rank(s) 3 did not connect within 2000 ms") != std::string::npos);
+      CHECK(r.seconds < 2.0 + 2.0);  // the bound, plus process start-up on a loaded 2-core machine
+    }
+  }
+
+  TEST_CASE("bootstrap::tcp: no rank 0 at the address: every other rank names rank 0's address within the timeout") {
+    const auto rs = run_world("expect_failure", 3, 3, {{"ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "1500"}},
+                              [](int r) -> std::map<std::string, std::string> {
+                                if (r == 0) return {{"ROCENANTE_RANK", "1"}};  // nobody plays rank 0
+                                return {};
+                              });
+    INFO(all_output(rs));
+    for (const auto& r : rs) {
+      CHECK(r.exit_code == 3);
+      const std::string e = r.value("error");
+      CHECK((e.find("could not join rank 0 at 127.0.0.1:") != std::string::npos ||
+             e.find("two processes connected as rank 1") != std::string::npos));
+      CHECK(r.seconds < 1.5 + 6.0);
+    }
+  }
+
+  TEST_CASE("bootstrap::tcp: ranks started with different world sizes fail together, naming both sizes") {
+    const auto rs = run_world("expect_failure", 3, 3, {{"ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "3000"}},
+                              [](int r) -> std::map<std::string, std::string> {
+                                if (r == 2) return {{"ROCENANTE_WORLD_SIZE", "4"}};
+                                return {};
+                              });
+    INFO(all_output(rs));
+    CHECK(rs[0].exit_code == 3);
+    CHECK(rs[0].value("error").find("rank 2 was started with a world of 4 ranks, rank 0 with 3") != std::string::npos);
+    CHECK(rs[2].exit_code == 3);
+    CHECK(rs[2].value("error").find("world of 4 ranks") != std::string::npos);
+  }
+
+  TEST_CASE("tcp_config_from_env: torchrun, srun and Open MPI variables; MASTER_PORT + 1; bad values name the variable") {
+    auto c = bootstrap::tcp_config_from_env(
+        vars({{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}, {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}}));
+    CHECK(c.host == "node0");
+    CHECK(c.port == 29501);
+    CHECK(c.rank == 3);
+    CHECK(c.size == 8);
+    CHECK(c.local_rank == 1);
+    c = bootstrap::tcp_config_from_env(vars({{"ROCENANTE_BOOTSTRAP", "10.0.0.1:4000"}, {"SLURM_PROCID", "2"},
+                                             {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"MASTER_PORT", "1"}}));
+    CHECK(c.host == "10.0.0.1");
+    CHECK(c.port == 4000);
+    CHECK(c.rank == 2);
+    CHECK(c.size == 4);
+    CHECK(c.local_rank == 0);
+    c = bootstrap::tcp_config_from_env(vars({{"ROCENANTE_BOOTSTRAP", "h:1"}, {"OMPI_COMM_WORLD_RANK", "1"},
+                                             {"OMPI_COMM_WORLD_SIZE", "2"}, {"ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "1234"}}));
+    CHECK(c.rank == 1);
+    CHECK(c.timeout == std::chrono::milliseconds(1234));
+    CHECK(config_error_of({{"ROCENANTE_BOOTSTRAP", "node0"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}})
+              .find("ROCENANTE_BOOTSTRAP='node0' is not host:port") != std::string::npos);
+    CHECK(config_error_of({{"ROCENANTE_BOOTSTRAP", "node0:http"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}})
+              .find("ROCENANTE_BOOTSTRAP port='http'") != std::string::npos);
+    CHECK(config_error_of({{"MASTER_PORT", "29500"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}).find("MASTER_ADDR is not set") !=
+          std::string::npos);
+    CHECK(config_error_of({{"ROCENANTE_BOOTSTRAP", "h:1"}, {"RANK", "4"}, {"WORLD_SIZE", "4"}}).find("RANK='4'") !=
+          std::string::npos);
+    CHECK(config_error_of({{"ROCENANTE_BOOTSTRAP", "h:1"}, {"RANK", "0"}}).find("WORLD_SIZE is not set but RANK is") !=
+          std::string::npos);
+    CHECK(config_error_of({{"ROCENANTE_BOOTSTRAP", "h:1"}}).find("no rank given") != std::string::npos);
+  }
+}
+
+TEST_SUITE("host.multiprocess.collectives") {
+  TEST_CASE("host executor, 4 processes, no MPI: the vote picks socket; fp32/fp16/bf16 one_shot, ring, all-gather and 200 "
+            "mixed calls exact and byte-identical across processes") {
+    const auto rs = run_world("collectives", 4, 4, {{"ROCENANTE_DEBUG", "INFO"}});
+    INFO(all_output(rs));
+    REQUIRE(rs.size() == 4);
+    for (const auto& r : rs) {
+      CHECK(r.exit_code == 0);
+      CHECK(r.value("transport") == "socket");
+      CHECK(r.value("calls") == "227");  // 2 algorithms x 4 counts x 3 dtypes + 3 all-gathers + 200 mixed
+      CHECK(r.value("hash") == rs[0].value("hash"));
+    }
+    CHECK(rs[0].value("hash").size() == 16);
+  }
+
+  TEST_CASE("host executor, 4 processes: rank 2 killed with SIGKILL mid-run is named by every survivor within timeout + 1 s") {
+    const auto rs = run_world("kill", 4, 4, {{"ROCENANTE_TIMEOUT_MS", "2000"}});
+    INFO(all_output(rs));
+    REQUIRE(rs.size() == 4);
+    CHECK(rs[2].signal == SIGKILL);
+    for (int r : {0, 1, 3}) {
+      CAPTURE(r);
+      CHECK(rs[r].exit_code == 0);
+      CHECK(rs[r].value("status") != "");
+      CHECK(std::stoi(rs[r].value("calls_ok").empty() ? "0" : rs[r].value("calls_ok")) >= 49);
+      CHECK(rs[r].value("health").find("rank 2") != std::string::npos);
+      CHECK(std::stod(rs[r].value("waited").empty() ? "99" : rs[r].value("waited")) < 2.0 + 1.0);
+    }
+  }
+}
+
+TEST_SUITE("host.multiprocess.topology") {
+  TEST_CASE("DGX Spark shape: 4 processes, each device 0 of its own host: one rank per GPU, co-residency holds") {
+    const auto rs = run_world("spark", 4, 4, {{"TEST_GPU_UUID", "GB10-0000"}},
+                              [](int r) -> std::map<std::string, std::string> {
+                                return {{"ROCENANTE_HOST_ID", "spark-" + std::to_string(r)}};
+                              });
+    INFO(all_output(rs));
+    for (int r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      CHECK(rs[r].exit_code == 0);
+      CHECK(rs[r].value("sharing") == "1");
+      CHECK(rs[r].value("one_host") == "0");
+      CHECK(rs[r].value("one_gpu") == "0");
+      CHECK(rs[r].value("in_process") == "1");
+      CHECK(rs[r].value("peer_ordinals") == "0");
+      CHECK(rs[r].value("first_remote") == (r == 0 ? "1" : "0"));
+      CHECK(rs[r].value("co_residency") == "ok");
+    }
+  }
+
+  TEST_CASE("one node, two GPUs, two processes on each: ranks share by GPU UUID, and 4 x 16 CTAs on 48 SMs is refused") {
+    const auto rs = run_world("spark", 4, 4, {{"ROCENANTE_HOST_ID", "server"}},
+                              [](int r) -> std::map<std::string, std::string> {
+                                return {{"TEST_GPU_UUID", r < 2 ? "GPU-A" : "GPU-B"}};
+                              });
+    INFO(all_output(rs));
+    for (int r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      CHECK(rs[r].exit_code == 0);
+      CHECK(rs[r].value("sharing") == "2");
+      CHECK(rs[r].value("one_host") == "1");
+      CHECK(rs[r].value("first_remote") == "-1");
+      CHECK(rs[r].value("co_residency") == "ok");  // 2 x 16 <= 48
+    }
+    CHECK(gpu::co_residency_problem(4, 16, 48, 1).find("4 ranks share this GPU x 16 CTAs = 64 CTAs") != std::string::npos);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--rank") return rank_main(argv[2]);
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
