@@ -142,15 +142,18 @@ class Communicator:
 
     @classmethod
     def from_env(cls, *, max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0, transport: str = "auto",
-                 algo: str = "auto", bootstrap_timeout: float = 60.0) -> "Communicator":
-        """Set-up through the store bootstrap: ROCENANTE_BOOTSTRAP=host:port, else MASTER_ADDR and MASTER_PORT;
-        rank and size from ROCENANTE_RANK/ROCENANTE_WORLD_SIZE, RANK/WORLD_SIZE (torchrun) or
-        SLURM_PROCID/SLURM_NTASKS. Rank 0 listens; the others connect within `bootstrap_timeout` seconds."""
+                 algo: str = "auto", bootstrap_timeout: Optional[float] = None) -> "Communicator":
+        """Set-up through the store bootstrap (ranks as processes, any launcher): rank 0's address from
+        ROCENANTE_BOOTSTRAP=host:port, else MASTER_ADDR and MASTER_PORT + 1 (torchrun keeps MASTER_PORT itself);
+        rank and size from ROCENANTE_RANK/ROCENANTE_WORLD_SIZE, RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS
+        or OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE. Rank 0 listens; the others connect. Every bootstrap wait is
+        bounded by `bootstrap_timeout` seconds (None: ROCENANTE_BOOTSTRAP_TIMEOUT_MS, else 120 s); a rank that never
+        connects is named in the BootstrapError every other rank raises."""
         if not has_tcp_bootstrap:
             raise ConfigError("this build of rocenante has no store bootstrap (bootstrap/tcp.hpp); use "
                               "from_process_group or from_callbacks")
         return cls(_ext.Communicator.from_env(cls._config(max_bytes, timeout, transport, algo),
-                                              float(bootstrap_timeout)))
+                                              None if bootstrap_timeout is None else float(bootstrap_timeout)))
 
     # -- collectives -------------------------------------------------------------------------------------------
     def _raise_if_failed(self, result) -> None:

@@ -208,10 +208,10 @@ class communicator {
     return self;
   }
 #if ROCENANTE_PY_HAS_TCP
-  static std::unique_ptr<communicator> from_env(const config& c, double bootstrap_timeout_s) {
+  static std::unique_ptr<communicator> from_env(const config& c, std::optional<double> bootstrap_timeout_s) {
     auto self = std::unique_ptr<communicator>(new communicator);
     rc::bootstrap::tcp_config tc = rc::bootstrap::tcp_config_from_env();
-    tc.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(bootstrap_timeout_s * 1000));
+    if (bootstrap_timeout_s) tc.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*bootstrap_timeout_s * 1000));
     {
       nb::gil_scoped_release nogil;
       self->boot_ = std::make_unique<rc::bootstrap::tcp>(tc);
@@ -408,7 +408,7 @@ NB_MODULE(_ext, m) {
       .def_static("in_process", &communicator::in_process, "world"_a, "rank"_a, "config"_a)
       .def_static("callback", &communicator::callback, "rank"_a, "size"_a, "all_gather"_a, "config"_a)
 #if ROCENANTE_PY_HAS_TCP
-      .def_static("from_env", &communicator::from_env, "config"_a, "bootstrap_timeout"_a)
+      .def_static("from_env", &communicator::from_env, "config"_a, "bootstrap_timeout"_a.none())
 #endif
       .def("all_reduce", &communicator::all_reduce, "x"_a, "out"_a.none(), "algo"_a, "as_dtype"_a.none())
       .def("all_gather", &communicator::all_gather, "x"_a, "out"_a, "as_dtype"_a.none())
