@@ -14,12 +14,15 @@ mkdir -p .deps/include .deps/bin .deps/lib
 [ -f .deps/include/nccl.h ] || cp "$(ls /usr/local/include/nccl.h /usr/local/cuda/include/nccl.h 2>/dev/null | head -1)" .deps/include/
 [ -f .deps/lib/libbenchmark.so.1debian ] || cp /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian .deps/lib/
 git rev-parse HEAD > .deps/commit
-[ -d build-dev ] || meson setup build-dev -Dgpu_archs=90a -Dextra_include="$root/.deps/include" >/dev/null
+# meson >= 1.4 (quickstart's tools venv): nvcc objects then track their headers, so a header change rebuilds them.
+PATH="$(tools/quickstart venv):$PATH"
+if [ -d build-dev ]; then  # a build-dev made by an older meson is set up again
+  meson setup --reconfigure build-dev >/dev/null || meson setup --wipe build-dev -Dgpu_archs=90a -Dextra_include="$root/.deps/include" >/dev/null
+else
+  meson setup build-dev -Dgpu_archs=90a -Dextra_include="$root/.deps/include" >/dev/null
+fi
 targets=(tests/gpu/test_gpu_collectives tests/gpu/test_gpu_nvfp4 benchmarks/gpu/rocenante-bench-gpu
          benchmarks/gpu/rocenante-trace-phases examples/01_user_kernel examples/02_tp_mlp_decode)
-# meson's nvcc rules record no header dependencies: touch the sources so that a header change rebuilds them
-touch tests/gpu/test_gpu_collectives.cu tests/gpu/test_gpu_nvfp4.cu benchmarks/gpu/bench_gpu.cu benchmarks/gpu/trace_phases.cu \
-  examples/01_user_kernel.cu examples/02_tp_mlp_decode.cu
 ninja -C build-dev -j2 "${targets[@]}"
 for t in "${targets[@]}"; do cp "build-dev/$t" .deps/bin/; done
 for v in "$@"; do
