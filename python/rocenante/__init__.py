@@ -82,6 +82,16 @@ def _empty_like_gather(x: Any, size: int):
     return np.empty((size,) + tuple(x.shape), dtype=x.dtype)
 
 
+def _build(rank: Optional[int], make: Callable[[], Any]):
+    """Runs a collective set-up; an error message that names no rank gets this rank's name in front."""
+    try:
+        return make()
+    except Error as e:
+        if rank is not None and "rank" not in str(e):
+            raise type(e)(f"rocenante rank {rank}: {e}") from None
+        raise
+
+
 class Communicator:
     """One rank of a communicator over the host executor.
 
@@ -108,7 +118,8 @@ class Communicator:
     def in_process(cls, world: World, rank: int, *, max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0,
                    transport: str = "auto", algo: str = "auto") -> "Communicator":
         """Rank `rank` of `world` (ranks as threads). Every rank calls it, each from its own thread."""
-        return cls(_ext.Communicator.in_process(world._w, int(rank), cls._config(max_bytes, timeout, transport, algo)))
+        return cls(_build(rank, lambda: _ext.Communicator.in_process(
+            world._w, int(rank), cls._config(max_bytes, timeout, transport, algo))))
 
     @classmethod
     def from_callbacks(cls, rank: int, size: int, all_gather: Callable[[bytes], bytes], *,
@@ -117,8 +128,8 @@ class Communicator:
         """Set-up through your own exchange: all_gather(b) must be collective and return every rank's `b`
         concatenated in rank order (all of equal length). It must not wait forever: an exception it raises becomes
         BootstrapError. Used only during set-up."""
-        return cls(_ext.Communicator.callback(int(rank), int(size), all_gather,
-                                              cls._config(max_bytes, timeout, transport, algo)))
+        return cls(_build(rank, lambda: _ext.Communicator.callback(
+            int(rank), int(size), all_gather, cls._config(max_bytes, timeout, transport, algo))))
 
     @classmethod
     def from_process_group(cls, group: Any = None, device: Any = None, *, max_bytes: int = _DEFAULT_MAX_BYTES,
@@ -152,8 +163,13 @@ class Communicator:
         if not has_tcp_bootstrap:
             raise ConfigError("this build of rocenante has no store bootstrap (bootstrap/tcp.hpp); use "
                               "from_process_group or from_callbacks")
-        return cls(_ext.Communicator.from_env(cls._config(max_bytes, timeout, transport, algo),
-                                              None if bootstrap_timeout is None else float(bootstrap_timeout)))
+        import os
+
+        rank = next((os.environ[v] for v in ("ROCENANTE_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+                     if os.environ.get(v)), None)
+        return cls(_build(rank, lambda: _ext.Communicator.from_env(
+            cls._config(max_bytes, timeout, transport, algo),
+            None if bootstrap_timeout is None else float(bootstrap_timeout))))
 
     # -- collectives -------------------------------------------------------------------------------------------
     def _raise_if_failed(self, result) -> None:

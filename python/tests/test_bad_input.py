@@ -132,7 +132,7 @@ def test_set_up_with_different_options_fails_on_every_rank_naming_the_field():
 
 
 def test_bad_option_value_is_a_config_error():
-    with pytest.raises(rocenante.ConfigError, match='transport must be "auto"'):
+    with pytest.raises(rocenante.ConfigError, match='rocenante rank 0: transport must be "auto"'):
         rocenante.Communicator.in_process(rocenante.World(1), 0, transport="carrier-pigeon")
     with pytest.raises(rocenante.ConfigError, match="outside"):
         rocenante.Communicator.in_process(rocenante.World(1), 3)
@@ -172,3 +172,50 @@ def test_ranks_asking_for_different_transports_get_config_mismatch_error():
     for e in errs:
         assert isinstance(e, rocenante.ConfigMismatchError) and isinstance(e, rocenante.ConfigError), repr(e)
         assert "ROCENANTE_TRANSPORT is loopback on rank 0 but auto on rank 1" in str(e)
+
+
+def test_from_process_group_carries_set_up_through_all_gather_object(monkeypatch):
+    """torch is not needed for this check: a stand-in torch.distributed with the three calls the adapter makes,
+    over threads, so that the adapter's exchange (bytes in, rank-ordered bytes out) is what is tested."""
+    import sys
+    import threading
+    import types
+
+    n = 3
+    barrier = threading.Barrier(n, timeout=30)
+    slots = [None] * n
+    ranks = threading.local()
+    dist = types.ModuleType("torch.distributed")
+    dist.get_rank = lambda group=None: ranks.rank
+    dist.get_world_size = lambda group=None: n
+
+    def all_gather_object(out, obj, group=None):
+        slots[ranks.rank] = obj
+        barrier.wait()
+        out[:] = list(slots)
+        barrier.wait()
+
+    dist.all_gather_object = all_gather_object
+    torch = types.ModuleType("torch")
+    torch.distributed = dist
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+
+    results = [None] * n
+
+    def one(rank):
+        ranks.rank = rank
+        try:
+            with rocenante.Communicator.from_process_group(None, device="cpu") as c:
+                x = np.full(10, rank, np.float32)
+                c.all_reduce(x)
+                results[rank] = (c.rank, c.size, float(x[0]))
+        except BaseException as e:  # noqa: BLE001
+            results[rank] = e
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(n)]
+    [t.start() for t in ts]
+    [t.join(60) for t in ts]
+    assert results == [(r, n, 3.0) for r in range(n)]
+    with pytest.raises(rocenante.ConfigError, match="host executor only"):
+        rocenante.Communicator.from_process_group(None, device="cuda:0")
