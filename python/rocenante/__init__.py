@@ -68,11 +68,6 @@ def _bf16_view(x: Any):
     return x, None
 
 
-def _writable(x: Any) -> bool:
-    flags = getattr(x, "flags", None)
-    return bool(getattr(flags, "writeable", True)) if flags is not None else True
-
-
 def _empty_like_gather(x: Any, size: int):
     """Output of all_gather when none is given: shape (size, *x.shape), same type and dtype as x."""
     if hasattr(x, "new_empty"):  # torch
@@ -191,11 +186,8 @@ class Communicator:
         ov = None
         if out is not None:
             ov, _ = _bf16_view(out)
-        target = x if out is None else out
-        if not _writable(target):
-            self._raise_if_failed(self._c.reject("the output array is read-only"))
         self._raise_if_failed(self._c.all_reduce(xv, ov, str(algo), as_dtype))
-        return target
+        return x if out is None else out
 
     def all_gather(self, x: Any, out: Any = None, stream: Any = None):
         """out[q] = x of rank q: out holds size * x.size elements (rank-major); when None, a new array of shape
@@ -205,8 +197,6 @@ class Communicator:
             out = _empty_like_gather(x, self.size)
         xv, as_dtype = _bf16_view(x)
         ov, _ = _bf16_view(out)
-        if not _writable(out):
-            self._raise_if_failed(self._c.reject("the output array is read-only"))
         self._raise_if_failed(self._c.all_gather(xv, ov, as_dtype))
         return out
 

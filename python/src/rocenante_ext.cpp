@@ -224,7 +224,7 @@ class communicator {
   ~communicator() { close(); }
 
   /// (status, message): status "ok" and an empty message on success.
-  std::tuple<std::string, std::string> all_reduce(array x, std::optional<array> out, const std::string& algo,
+  std::tuple<std::string, std::string> all_reduce(nb::handle xo, nb::handle outo, const std::string& algo,
                                                    std::optional<std::string> as) {
     auto& c = live();
     std::optional<rc::algorithm::algo> a;
@@ -234,22 +234,32 @@ class communicator {
     } catch (const rc::config_error& err) {
       why = err.what();  // refused like bad input, so that the peers do not wait for this rank
     }
-    array y = out ? *out : x;
+    const bool has_out = !outo.is_none();
+    array x, y;
+    if (why.empty()) why = take(xo, x, "input", !has_out);
+    if (why.empty() && has_out) why = take(outo, y, "output", true);
+    if (!why.empty()) return refuse(c, why, rc::status::invalid_argument);
+    if (!has_out) y = x;
     const element e = element_of(x, as);
-    if (why.empty()) why = array_problem(x, e, "input");
-    if (why.empty() && out) why = array_problem(y, element_of(y, as), "output");
-    if (why.empty() && out && element_of(y, as).name != e.name) why = "output dtype differs from the input's (" + e.name + ")";
+    why = array_problem(x, e, "input");
+    if (why.empty() && has_out) why = array_problem(y, element_of(y, as), "output");
+    if (why.empty() && element_of(y, as).name != e.name) why = "output dtype differs from the input's (" + e.name + ")";
     if (why.empty() && y.size() != x.size())
       why = "output has " + std::to_string(y.size()) + " elements, the input " + std::to_string(x.size());
-    return run(c, why, x, y, e, [&](const void* in, void* o) {
+    if (!why.empty()) return refuse(c, why, e.t ? rc::status::invalid_argument : rc::status::not_supported);
+    return run(c, x, y, e, [&](const void* in, void* o) {
       return a ? c.all_reduce(in, o, x.size(), *e.t, *a) : c.all_reduce(in, o, x.size(), *e.t, rc::algorithm::automatic{});
     });
   }
 
-  std::tuple<std::string, std::string> all_gather(array x, array out, std::optional<std::string> as) {
+  std::tuple<std::string, std::string> all_gather(nb::handle xo, nb::handle outo, std::optional<std::string> as) {
     auto& c = live();
+    array x, out;
+    std::string why = take(xo, x, "input", false);
+    if (why.empty()) why = take(outo, out, "output", true);
+    if (!why.empty()) return refuse(c, why, rc::status::invalid_argument);
     const element e = element_of(x, as);
-    std::string why = array_problem(x, e, "input");
+    why = array_problem(x, e, "input");
     if (why.empty()) why = array_problem(out, element_of(out, as), "output");
     if (why.empty() && element_of(out, as).name != e.name) why = "output dtype differs from the input's (" + e.name + ")";
     const std::size_t want = x.size() * static_cast<std::size_t>(c.size());
@@ -257,12 +267,16 @@ class communicator {
       why = "output has " + std::to_string(out.size()) + " elements; all_gather needs size() * input elements = " +
             std::to_string(want);
     if (why.empty() && overlap(x, out)) why = "input and output overlap";
-    return run(c, why, x, out, e, [&](const void* in, void* o) { return c.all_gather(in, o, x.size(), *e.t); });
+    if (!why.empty()) return refuse(c, why, e.t ? rc::status::invalid_argument : rc::status::not_supported);
+    return run(c, x, out, e, [&](const void* in, void* o) { return c.all_gather(in, o, x.size(), *e.t); });
   }
 
   /// Empty when a call with this array would run; rank-invariant (no pointers), never poisons.
-  std::string refusal(array x, const std::string& algo, const std::string& collective, std::optional<std::string> as) {
+  std::string refusal(nb::handle xo, const std::string& algo, const std::string& collective,
+                      std::optional<std::string> as) {
     auto& c = live();
+    array x;
+    if (std::string why = take(xo, x, "input", false); !why.empty()) return why;
     const element e = element_of(x, as);
     std::string why = array_problem(x, e, "input");
     if (!why.empty()) return why;
@@ -342,16 +356,33 @@ class communicator {
     return x < y + b.nbytes() && y < x + a.nbytes();
   }
 
-  /// Runs `call(in, out)` with the GIL released, or refuses the call (telling the peers) when `why` is not empty.
-  template <class F>
-  std::tuple<std::string, std::string> run(rc::host::selected_communicator& c, const std::string& why, array& x,
-                                           array& y, const element& e, F&& call) {
+  /// Reads `h` as an array into `a` (DLPack or the buffer protocol); `write`: it must be writable. Empty: fine.
+  static std::string take(nb::handle h, array& a, const char* what, bool write) {
+    if (!nb::try_cast(h, a))
+      return std::string(what) + " is not an array (DLPack or buffer protocol): got " +
+             nb::type_name(h.type()).c_str();
+    nb::ndarray<> w;
+    if (write && !nb::try_cast(h, w)) return std::string(what) + " is read-only; pass a writable array";
+    return {};
+  }
+
+  /// Refuses the call for `why`, telling the peers (they raise too instead of waiting out the timeout).
+  static std::tuple<std::string, std::string> refuse(rc::host::selected_communicator& c, const std::string& why,
+                                                     rc::status code) {
     rc::status st;
-    if (!why.empty()) {
-      const rc::status code = e.t ? rc::status::invalid_argument : rc::status::not_supported;
+    {
       nb::gil_scoped_release nogil;
       st = c.reject(why, code);
-    } else {
+    }
+    return {rc::to_string(st), c.last_error()};
+  }
+
+  /// Runs `call(in, out)` with the GIL released, staging misaligned arrays.
+  template <class F>
+  std::tuple<std::string, std::string> run(rc::host::selected_communicator& c, array& x, array& y, const element& e,
+                                           F&& call) {
+    rc::status st;
+    {
       const std::size_t elem = rc::host::element_bytes(*e.t);
       const bool in_place = x.data() == y.data();
       aligned_buffer in(const_cast<void*>(x.data()), x.nbytes(), elem, true);

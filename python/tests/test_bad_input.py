@@ -29,7 +29,9 @@ def expect_refusal_everywhere(results, bad_rank, own_words):
     ("short_out", "output has 10 elements, the input 11"),
     ("dtype_out", "output dtype differs"),
     ("bad_algo", 'algo must be "auto", "one_shot" or "ring"'),
-    ("read_only", "the output array is read-only"),
+    ("read_only", "input is read-only; pass a writable array"),
+    ("read_only_out", "output is read-only"),
+    ("not_an_array", "input is not an array (DLPack or buffer protocol): got list"),
     ("stream", "stream applies to GPU arrays"),
 ])
 def test_bad_call_on_one_rank_raises_there_and_on_its_peers(case, words):
@@ -54,7 +56,12 @@ def test_bad_call_on_one_rank_raises_there_and_on_its_peers(case, words):
             elif case == "bad_algo":
                 kw["algo"] = "fastest"
             elif case == "read_only":
-                x.flags.writeable = False
+                x.flags.writeable = False  # in place: the input is the output
+            elif case == "read_only_out":
+                kw["out"] = np.ones(11, np.float32)
+                kw["out"].flags.writeable = False
+            elif case == "not_an_array":
+                x = [1.0] * 11
             elif case == "stream":
                 kw["stream"] = 7
         t0 = time.monotonic()
@@ -219,3 +226,12 @@ def test_from_process_group_carries_set_up_through_all_gather_object(monkeypatch
     assert results == [(r, n, 3.0) for r in range(n)]
     with pytest.raises(rocenante.ConfigError, match="host executor only"):
         rocenante.Communicator.from_process_group(None, device="cuda:0")
+
+
+def test_a_read_only_input_is_fine_out_of_place():
+    def body(comm):
+        x = np.full(5, comm.rank + 1.0, np.float32)
+        x.flags.writeable = False
+        return comm.all_reduce(x, out=np.empty(5, np.float32)).tolist()
+
+    assert run_ranks(2, body) == [[3.0] * 5] * 2
