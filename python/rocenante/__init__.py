@@ -194,7 +194,10 @@ class Communicator:
         (size, *x.shape) of x's type. Returns out. Same input rules as all_reduce; algorithm one_shot."""
         self._no_stream(stream)
         if out is None:
-            out = _empty_like_gather(x, self.size)
+            try:
+                out = _empty_like_gather(x, self.size)
+            except (AttributeError, TypeError) as e:  # refused through the library, so that the peers are told
+                self._raise_if_failed(self._c.reject(f"input is not an array: cannot make all_gather's output ({e})"))
         xv, as_dtype = _bf16_view(x)
         ov, _ = _bf16_view(out)
         self._raise_if_failed(self._c.all_gather(xv, ov, as_dtype))

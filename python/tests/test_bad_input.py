@@ -235,3 +235,15 @@ def test_a_read_only_input_is_fine_out_of_place():
         return comm.all_reduce(x, out=np.empty(5, np.float32)).tolist()
 
     assert run_ranks(2, body) == [[3.0] * 5] * 2
+
+
+def test_all_gather_of_a_non_array_is_refused_on_every_rank():
+    def body(comm):
+        try:
+            comm.all_gather([1.0, 2.0] if comm.rank == 0 else np.ones(2, np.float32))
+        except rocenante.CollectiveError as e:
+            return str(e)
+
+    own, peer = run_ranks(2, body)
+    assert own.startswith("rocenante rank 0: input is not an array"), own
+    assert "rank 0" in peer, peer
