@@ -114,7 +114,7 @@ TEST_SUITE("host.select.env") {
 
   TEST_CASE("a bad value is an error naming the variable, the value and the accepted values") {
     CHECK(config_error_of({{"ROCENANTE_TRANSPORT", "tcp"}}) ==
-          "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, socket, nccl, loopback");
+          "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, cuda_ipc, socket, nccl, loopback");
     CHECK(config_error_of({{"ROCENANTE_ALGO", "tree"}}) == "ROCENANTE_ALGO='tree' is not one of auto, one_shot, ring");
     CHECK(config_error_of({{"ROCENANTE_DEBUG", "TRACE"}}) == "ROCENANTE_DEBUG='TRACE' is not one of NONE, WARN, INFO");
     CHECK(config_error_of({{"ROCENANTE_IB_GID_INDEX", "3x"}}) ==
