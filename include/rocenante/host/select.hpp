@@ -1,5 +1,5 @@
 // host/select.hpp — the start-up decision: which transport every rank uses, decided by all ranks together
-// (HAZARDS #9), logged once and queryable (HAZARDS #15), then fixed for the life of the communicator.
+// (hazard H9), logged once and queryable (hazard H15), then fixed for the life of the communicator.
 //
 //   1. Every rank reads the environment (core/env.hpp) and probes each candidate transport locally:
 //        ibverbs   libibverbs loads, the devices (ROCENANTE_IB_HCA, else the first ACTIVE one) open, their port
@@ -755,7 +755,7 @@ class selected_communicator {
 
   /// Start-up collective of every allowed algorithm: small integers, exact in fp32 in any summation order, so
   /// every rank can compute the exact reference itself; an output equal to it on every rank (the vote that follows)
-  /// is also byte-identical across ranks (HAZARDS #10).
+  /// is also byte-identical across ranks (hazard H10).
   std::string self_test(const connectivity_report& conn, int me, int n) {
     const std::size_t count = 64 * static_cast<std::size_t>(n) + 3;
     std::vector<float> in(count), out(count);

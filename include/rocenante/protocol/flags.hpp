@@ -5,7 +5,7 @@
 //
 // A waiter accepts only the exact word it expects. A word with the right sequence but another signature means
 // the peer entered a different collective (other count, type or algorithm) and fails the call with
-// status::mismatch on both sides, instead of mixing bytes (HAZARDS #17). Windows start filled with
+// status::mismatch on both sides, instead of mixing bytes (hazard H17). Windows start filled with
 // `flag_unset`, whose tag byte (0xff) no call produces, so a fresh window never satisfies a wait — also when the
 // first sequence is 0.
 #pragma once

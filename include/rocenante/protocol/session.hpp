@@ -32,7 +32,7 @@
 
 namespace rocenante::protocol {
 
-/// How long a wait may last. Both bounds apply; the first to run out ends the wait (HAZARDS #11: a poll count
+/// How long a wait may last. Both bounds apply; the first to run out ends the wait (hazard H11: a poll count
 /// alone is not a time bound under memory contention).
 struct wait_policy {
   std::uint64_t timeout_ns = 10'000'000'000ull;  ///< 0 = no time bound (not recommended)
@@ -257,7 +257,7 @@ class session {
 
   /// A rank that rejects a call (bad input seen only here, or any local refusal) still takes its place in the
   /// sequence, so that its peers — which may already be inside this collective — fail at once instead of
-  /// pairing their call with this rank's next one (HAZARDS #7, #17): every team thread calls; the team publishes
+  /// pairing their call with this rank's next one (hazards H7, H17): every team thread calls; the team publishes
   /// the abort flag (abort_peers) and the rank is poisoned with `rec`.
   ROCENANTE_HOST_DEVICE void reject(failure_record rec) {
     abort_peers(rec.kind, rec.peer, /*all_parts=*/true);

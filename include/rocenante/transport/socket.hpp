@@ -2,7 +2,7 @@
 // what every rank can use when RDMA cannot be (no device, a device DOWN, a cut between ring neighbours) and the
 // ranks are not all threads of one process. It plugs into the transport concept exactly as the loopback proxy
 // and the ibverbs transport do: the collective stages its bytes in this rank's staging area and posts a
-// descriptor; the shared proxy thread (transport/proxy.hpp) drains every queue in ticket order (HAZARDS #1) and
+// descriptor; the shared proxy thread (transport/proxy.hpp) drains every queue in ticket order (hazard H1) and
 // `post_one` sends the descriptor as one frame on this rank's connection to the peer:
 //
 //   frame = header {magic, slot, offset, bytes, flag_index, flag_value} (40 bytes) + `bytes` bytes of payload
@@ -13,7 +13,7 @@
 // into its own window at the same offset, and only when the last payload byte is in, release-stores
 // `flag_value` into flag word `flag_index`.
 //
-// Ordering (HAZARDS #4) — why a rank that sees the flag sees the payload: TCP delivers the bytes of one
+// Ordering (hazard H4) — why a rank that sees the flag sees the payload: TCP delivers the bytes of one
 // connection in order and exactly once, so the payload of a frame is read before anything that follows it, and
 // the receiver thread stores the flag only after its recv() calls have returned every payload byte into the
 // window. Those copies are the receiver thread's own writes (the kernel copies into user memory inside the
@@ -112,7 +112,7 @@ inline std::string check_frame(const frame& f, const protocol::window_layout& la
 /// Configuration of the socket transport beyond options: from the environment by default.
 struct socket_config {
   env::socket_ifname ifname;  ///< ROCENANTE_SOCKET_IFNAME; empty: the default (socket/net.hpp, choose_address)
-  idle_policy idle{};         ///< the proxy's idle policy (HAZARDS #20)
+  idle_policy idle{};         ///< the proxy's idle policy (hazard H20)
 
   /// ROCENANTE_SOCKET_IFNAME from the environment (config_error naming it when the value is bad).
   static socket_config from_env() {
@@ -188,7 +188,7 @@ class basic_socket {
 
   handle_type handle() const { return handle_; }
 
-  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; HAZARDS #1).
+  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; hazard H1).
   void pause() { proxy_.pause(); }
   void resume() { proxy_.resume(); }
 

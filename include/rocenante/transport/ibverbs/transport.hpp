@@ -1,7 +1,7 @@
 // transport/ibverbs/transport.hpp — the RDMA transport: RC queue pairs over libibverbs, driven by a CPU proxy
 // thread. It plugs into the transport concept exactly as the loopback proxy does (transport/loopback_proxy.hpp):
 // the collective stages its bytes in a registered staging area and posts a descriptor on its part's queue; one
-// proxy thread per rank drains every queue in ticket order (catch-up by construction, HAZARDS #1) and turns each
+// proxy thread per rank drains every queue in ticket order (catch-up by construction, hazard H1) and turns each
 // descriptor into RDMA WRITEs. `post_one` is the only step that differs from the loopback proxy.
 //
 // One descriptor = three RDMA WRITEs on one RC queue pair, chained in one ibv_post_send:
@@ -9,7 +9,7 @@
 //                      when bytes == 0, e.g. abort flags)
 //   2. flag, high half: 4 bytes (the call signature) of a registered flag-source ring entry -> flag word + 4
 //   3. flag, low half:  4 bytes (the sequence number) -> flag word + 0                          (signalled)
-// HAZARDS #4: the flag travels behind the payload on the same RC queue pair, not packed into the data. RC
+// hazard H4: the flag travels behind the payload on the same RC queue pair, not packed into the data. RC
 // executes and places the RDMA WRITEs of one queue pair in order at the responder, and memory is registered
 // without IBV_ACCESS_RELAXED_ORDERING, so a peer that sees the flag also sees the payload. Packing flags into the
 // data (NCCL LL/LL128) would change the window layout every transport shares and cost 1/16 to 1/2 of the
@@ -30,7 +30,7 @@
 // completion retires every earlier request of the queue pair. Out of credits, the proxy polls the completion queue
 // (stop is honoured: at teardown it gives up after the drain deadline).
 //
-// Failure (HAZARDS #14): a completion error (IBV_WC_RETRY_EXC_ERR when a peer died, remote access errors, ...)
+// Failure (hazard H14): a completion error (IBV_WC_RETRY_EXC_ERR when a peer died, remote access errors, ...)
 // marks the queue pair failed and records a message naming the peer and the device. From then on the proxy posts
 // nothing to that peer and writes abort words naming it into this rank's own flags for the sequence it is posting
 // and the next one, so the rank's current wait fails at once through the protocol's fail-stop path
@@ -42,7 +42,7 @@
 // connectivity report (one_shot refused, ring allowed when only neighbours connect), and only a descriptor that
 // needs the pair fails the rank, naming the peer.
 //
-// Memory (HAZARDS #21): per rank, the window (layout().total_bytes(), registered LOCAL_WRITE | REMOTE_WRITE, never
+// Memory (hazard H21): per rank, the window (layout().total_bytes(), registered LOCAL_WRITE | REMOTE_WRITE, never
 // REMOTE_READ), a staging area of the same size (local access only), post queues (max_parts x 3,200 B) and a flag
 // ring of 8 x send_depth bytes per peer per device.
 #pragma once
@@ -181,7 +181,7 @@ class basic_ibverbs {
   /// Collective: every rank calls. Opens and checks the devices, registers memory, creates one RC queue pair per
   /// peer per device, exchanges connection cards through `boot`, connects, probes every pair (reachable()), and
   /// starts the proxy thread. A failure on any rank fails set-up on every rank (transport_error naming the rank
-  /// and the device): no rank is left waiting for a peer that gave up (HAZARDS #9). A pair that cannot be
+  /// and the device): no rank is left waiting for a peer that gave up (hazard H9). A pair that cannot be
   /// connected or does not answer the probe is not such a failure: it is marked unreachable (see probe_pairs).
   basic_ibverbs(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts,
                 ib::ib_config cfg)
@@ -245,7 +245,7 @@ class basic_ibverbs {
 
   handle_type handle() const { return handle_; }
 
-  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; HAZARDS #1).
+  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; hazard H1).
   void pause() { proxy_.pause(); }
   void resume() { proxy_.resume(); }
 
@@ -409,7 +409,7 @@ class basic_ibverbs {
       const int cqe = static_cast<int>(depth) * (n_ > 1 ? n_ - 1 : 1) + 16;
       r.cq = api.create_cq(r.info.ctx, cqe, nullptr, nullptr, 0);
       if (!r.cq) throw transport_error(where + "ibv_create_cq(" + std::to_string(cqe) + ") failed (" + std::strerror(errno) + ")");
-      // Receive slots: remote write only, never remote read (and no relaxed ordering: HAZARDS #4).
+      // Receive slots: remote write only, never remote read (and no relaxed ordering: hazard H4).
       r.window_mr = api.reg_mr(r.pd, mem_.window.get(), bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
       if (!r.window_mr)
         throw transport_error(where + "registering the " + std::to_string(bytes) + "-byte window failed (" +
