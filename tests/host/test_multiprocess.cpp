@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -181,6 +182,53 @@ int rank_kill() {
   }
 }
 
+/// Recovery after a lost rank: rank 2 kills itself with SIGKILL after 50 collectives and the parent starts a
+/// replacement process for rank 2 at once. Each survivor sees the failure (named), tears its communicator down, and
+/// with the replacement builds generation 1: a new bootstrap on rank 0's port + 1 and a new communicator; then 1,000
+/// exact collectives of mixed sizes, dtypes and algorithms. Prints how long teardown and the rebuild took.
+int rank_recover() {
+  const bool replacement = std::getenv("ROCENANTE_REPLACEMENT") != nullptr;
+  bootstrap::tcp_config cfg = bootstrap::tcp_config_from_env();
+  options o;
+  o.capacity_bytes = 16 * 1024;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto failed_at = std::chrono::steady_clock::now();
+  if (!replacement) {
+    bootstrap::tcp boot(cfg);
+    auto c = std::make_unique<host::selected_communicator>(boot, o);
+    std::vector<float> in(512, 1.0f), out(512);
+    for (int k = 0;; ++k) {
+      if (c->rank() == 2 && k == 50) ::raise(SIGKILL);
+      if (c->all_reduce(in.data(), out.data(), in.size(), algorithm::one_shot{}) != status::ok) break;
+      if (k > 100000) return 1;
+    }
+    failed_at = std::chrono::steady_clock::now();
+    std::printf("failure=%s\n", c->check_health().message.c_str());
+    const auto t = std::chrono::steady_clock::now();
+    c.reset();  // teardown behind a dead peer
+    std::printf("close_seconds=%.3f\n", since(t));
+  }
+  cfg.port = static_cast<std::uint16_t>(cfg.port + 1);  // generation 1: a fresh bootstrap
+  bootstrap::tcp boot(cfg);
+  host::selected_communicator c(boot, o);
+  std::printf("rebuild_seconds=%.3f\ntransport=%s\n", since(failed_at), host::to_string(c.transport()));
+  std::mt19937 rng(7);
+  std::uint64_t hash = 1469598103934665603ull;
+  for (int k = 0; k < 1000; ++k) {
+    const std::size_t count = 1 + rng() % 3000;
+    const auto a = rng() % 2 ? algorithm::algo::ring : algorithm::algo::one_shot;
+    const std::string w = rng() % 2 ? one_call<float>(c, a, false, count, k, hash) : one_call<__nv_bfloat16>(c, a, false, count, k, hash);
+    if (!w.empty()) {
+      std::printf("failed=call %d after the rebuild: %s\n", k, w.c_str());
+      return 1;
+    }
+  }
+  std::printf("exact_after_rebuild=1000\nhash=%016llx\n", static_cast<unsigned long long>(hash));
+  return 0;
+}
+
 /// A DGX Spark cluster: every rank is CUDA device 0 of its own host (ROCENANTE_HOST_ID differs). The topology set-up
 /// computes must not count the world as sharing one GPU, and the co-residency bound of an 8-rank world of 16-CTA
 /// collectives on a 48-SM GB10 must hold (with ordinals as the identity it would be 8 x 16 = 128 CTAs on 48 SMs).
@@ -205,6 +253,7 @@ int rank_main(const std::string& scenario) {
     if (scenario == "collectives") return rank_collectives();
     if (scenario == "kill") return rank_kill();
     if (scenario == "spark") return rank_spark();
+    if (scenario == "recover") return rank_recover();
   } catch (const std::exception& e) {
     std::printf("exception=%s\n", e.what());
     return 2;
@@ -342,6 +391,29 @@ TEST_SUITE("host.multiprocess.collectives") {
       CHECK(std::stoi(rs[r].value("calls_ok").empty() ? "0" : rs[r].value("calls_ok")) >= 49);
       CHECK(rs[r].value("health").find("rank 2") != std::string::npos);
       CHECK(std::stod(rs[r].value("waited").empty() ? "99" : rs[r].value("waited")) < 2.0 + 1.0);
+    }
+  }
+}
+
+TEST_SUITE("host.multiprocess.recovery") {
+  TEST_CASE("rank 2 of 4 killed with SIGKILL, restarted: all four rebuild within 10 s and run 1,000 exact collectives") {
+    const auto rs = run_world("recover", 4, 4, {{"ROCENANTE_TIMEOUT_MS", "2000"}}, {}, std::chrono::seconds(120),
+                              [](int rank) { return rank == 2 ? std::string("recover") : std::string(); });
+    INFO(all_output(rs));
+    REQUIRE(rs.size() == 5);  // four first lives, then rank 2's replacement
+    CHECK(rs[2].signal == SIGKILL);
+    CHECK(rs[4].rank == 2);
+    CHECK(rs[4].replacement);
+    for (int i : {0, 1, 3, 4}) {
+      CAPTURE(i);
+      CHECK(rs[i].exit_code == 0);
+      CHECK(rs[i].value("exact_after_rebuild") == "1000");
+      CHECK(rs[i].value("hash") == rs[0].value("hash"));
+      CHECK(std::stod(rs[i].value("rebuild_seconds").empty() ? "99" : rs[i].value("rebuild_seconds")) < 10.0);
+      if (i != 4) {
+        CHECK(rs[i].value("failure").find("rank 2") != std::string::npos);
+        CHECK(std::stod(rs[i].value("close_seconds").empty() ? "99" : rs[i].value("close_seconds")) < 2.0);
+      }
     }
   }
 }
