@@ -515,6 +515,7 @@ void check_world(const std::string& transport, int n) {
   const auto rs = run_world("world", n, n, world_env(transport, "60000"), {}, std::chrono::seconds(480));
   INFO(all_output(rs));
   REQUIRE(rs.size() == static_cast<std::size_t>(n));
+  MESSAGE("rank 0's start-up decision: " << rs[0].value("decision"));
   MESSAGE("rank 0: set-up " << rs[0].value("setup_seconds") << " s, sweep " << rs[0].value("sweep_seconds")
                             << " s, 1,000 mixed " << rs[0].value("mixed_seconds") << " s, 100 graph replays "
                             << rs[0].value("graph_seconds") << " s (PDL on: " << rs[0].value("graph_pdl_seconds") << " s)");
