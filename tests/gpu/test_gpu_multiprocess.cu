@@ -564,29 +564,30 @@ void check_kill(const std::string& transport) {
 
 }  // namespace
 
+// Case names have no commas: doctest's -tc takes a comma-separated list (e.g. -tc='socket with 4*').
 TEST_SUITE("gpu.multiprocess") {
-  TEST_CASE("cuda_ipc, 2 processes on one GPU: fp32/fp16/bf16 one_shot, ring, all-gather exact and byte-identical, "
-            "1,000 mixed calls, 100 graph replays") {
+  TEST_CASE("cuda_ipc with 2 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and byte-identical; "
+            "1000 mixed calls; 100 graph replays") {
     check_world("cuda_ipc", 2);
   }
-  TEST_CASE("cuda_ipc, 4 processes on one GPU: fp32/fp16/bf16 one_shot, ring, all-gather exact and byte-identical, "
-            "1,000 mixed calls, 100 graph replays") {
+  TEST_CASE("cuda_ipc with 4 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and byte-identical; "
+            "1000 mixed calls; 100 graph replays") {
     check_world("cuda_ipc", 4);
   }
-  TEST_CASE("socket (proxy path), 2 processes on one GPU: fp32/fp16/bf16 one_shot, ring, all-gather exact and "
-            "byte-identical, 1,000 mixed calls, 100 graph replays") {
+  TEST_CASE("socket (proxy path) with 2 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and "
+            "byte-identical; 1000 mixed calls; 100 graph replays") {
     check_world("socket", 2);
   }
-  TEST_CASE("socket (proxy path), 4 processes on one GPU: fp32/fp16/bf16 one_shot, ring, all-gather exact and "
-            "byte-identical, 1,000 mixed calls, 100 graph replays") {
+  TEST_CASE("socket (proxy path) with 4 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and "
+            "byte-identical; 1000 mixed calls; 100 graph replays") {
     check_world("socket", 4);
   }
-  TEST_CASE("cuda_ipc, 4 processes: rank 2 killed with SIGKILL mid-run is named by every survivor within timeout + 1 s, "
-            "and every survivor exits cleanly") {
+  TEST_CASE("cuda_ipc with 4 processes: rank 2 killed with SIGKILL mid-run is named by every survivor within timeout "
+            "+ 1 s and every survivor exits cleanly") {
     check_kill("cuda_ipc");
   }
-  TEST_CASE("socket (proxy path), 4 processes: rank 2 killed with SIGKILL mid-run is named by every survivor within "
-            "timeout + 1 s, and every survivor exits cleanly") {
+  TEST_CASE("socket (proxy path) with 4 processes: rank 2 killed with SIGKILL mid-run is named by every survivor "
+            "within timeout + 1 s and every survivor exits cleanly") {
     check_kill("socket");
   }
 }
