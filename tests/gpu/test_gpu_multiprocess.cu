@@ -549,6 +549,8 @@ void check_kill(const std::string& transport) {
   CHECK(rs[2].signal == SIGKILL);
   for (int r : {0, 1, 3}) {
     CAPTURE(r);
+    MESSAGE("survivor " << r << ": " << rs[r].value("calls_ok") << " calls ok, failure seen " << rs[r].value("waited")
+                        << " s after the last good call, health: " << rs[r].value("health"));
     CHECK(rs[r].exit_code == 0);
     CHECK(rs[r].value("transport") == transport);
     CHECK(rs[r].value("status") != "");
