@@ -8,7 +8,8 @@
 #             machine lacks — doctest's and Google Benchmark's headers, nccl.h, libbenchmark — and .deps/commit
 #             (a .git copied there may be stale). Then carry .deps along with the working tree.
 #   build     configure and build the GPU targets in build-gpu/ (or --build DIR) for sm_90a (or --arch)
-#   test      the gpu suites (collectives, nvfp4, nccl where built) and examples 01 and 02
+#   test      the gpu suites (collectives, nvfp4, nccl where built), examples 01 and 02, and the ranks-as-processes
+#             suite (multiprocess: up to 500 s without MPS, so run it alone: --tests test_gpu_multiprocess)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the one-rank subset of the gpu suite (several
 #             ranks on one GPU wait for each other inside their kernels, which the sanitizer serialises)
 #   bench     rocenante-bench-gpu (or --binary) with --filter, --env and --repetitions; JSON in the receipt
@@ -36,6 +37,8 @@
 #   --deadline S       every step ends by S seconds after the start (default 540: a device call stops at 600 s)
 #   --ranks N          sass: fixed rank count (0: plain handle)
 #   --targets LIST     build: ninja targets (default: everything the configuration has)
+#   --tests LIST       test: what to run, comma separated, in order (default: test_gpu_collectives,test_gpu_nvfp4,
+#                      test_gpu_nccl,examples,test_gpu_multiprocess; receipt runs all but the last)
 #   --jobs N           build: ninja jobs (default: every core)
 #
 # Examples:
@@ -58,14 +61,14 @@ case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt
 argv=("$cmd" "$@")
 
 out='' build=build-gpu arch=90a variant='' filter='' binary=rocenante-bench-gpu name=bench reps='' deadline=540 ranks=0
-targets='' jobs=$(nproc)
+targets='' jobs=$(nproc) tests=''
 envs=()
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "run.sh: $1 needs a value (run.sh --help)" >&2; exit 2; }
   case "$1" in
     --out) out=$2 ;; --build) build=$2 ;; --arch) arch=$2 ;; --variant) variant=$2 ;; --filter) filter=$2 ;;
     --env) envs+=("$2") ;; --binary) binary=$2 ;; --name) name=$2 ;; --repetitions) reps=$2 ;;
-    --deadline) deadline=$2 ;; --ranks) ranks=$2 ;; --targets) targets=$2 ;; --jobs) jobs=$2 ;;
+    --deadline) deadline=$2 ;; --ranks) ranks=$2 ;; --targets) targets=$2 ;; --jobs) jobs=$2 ;; --tests) tests=$2 ;;
     *) echo "run.sh: unknown flag '$1' (run.sh --help)" >&2; exit 2 ;;
   esac
   shift 2
@@ -168,14 +171,20 @@ do_build() {
   step build 400 ninja -C "$B" -j"$jobs" $targets || { grep -E "error|FAILED" -A3 "$out/build.log" | head -30 | tee -a "$S"; return 1; }
 }
 need() { [ -x "$B/$1" ] || { say "$1: not built (run.sh build${variant:+ --variant $variant})"; return 1; }; }
+# do_test [LIST]: the test programs of LIST (else --tests, else all of them), each a step
 do_test() {
-  local t r=0
-  for t in test_gpu_collectives test_gpu_nvfp4; do
-    if need "tests/gpu/$t"; then step "$t" 200 "$B/tests/gpu/$t" || r=1; else r=1; fi
+  local t e r=0 want
+  IFS=, read -ra want <<<"${1:-${tests:-test_gpu_collectives,test_gpu_nvfp4,test_gpu_nccl,examples,test_gpu_multiprocess}}"
+  for t in "${want[@]}"; do
+    case "$t" in
+      # NCCL's suite needs nccl.h at build time, example 02 cuBLAS: built only where those were found
+      test_gpu_nccl) [ -x "$B/tests/gpu/$t" ] && { step "$t" 120 "$B/tests/gpu/$t" || r=1; } ;;
+      examples) for e in 01_user_kernel 02_tp_mlp_decode; do [ -x "$B/examples/$e" ] && { step "example-$e" 60 "$B/examples/$e" || r=1; }; done ;;
+      # processes time-slicing one GPU without MPS: slow, but correct
+      test_gpu_multiprocess) if need "tests/gpu/$t"; then step "$t" 500 "$B/tests/gpu/$t" || r=1; else r=1; fi ;;
+      *) if need "tests/gpu/$t"; then step "$t" 200 "$B/tests/gpu/$t" || r=1; else r=1; fi ;;
+    esac
   done
-  # NCCL's suite needs nccl.h at build time, example 02 cuBLAS: built only where those were found
-  [ -x "$B/tests/gpu/test_gpu_nccl" ] && { step test_gpu_nccl 120 "$B/tests/gpu/test_gpu_nccl" || r=1; }
-  for t in 01_user_kernel 02_tp_mlp_decode; do [ -x "$B/examples/$t" ] && { step "example-$t" 60 "$B/examples/$t" || r=1; }; done
   return $r
 }
 do_sanitize() {
@@ -230,7 +239,7 @@ case "$cmd" in
   receipt)
     do_build || { say "total: $(( $(date +%s) - t0 )) s"; exit 1; }
     do_bench receipt-decode rocenante-bench-gpu "$decode"  # first: a deadline cuts from the end
-    do_test
+    do_test test_gpu_collectives,test_gpu_nvfp4,test_gpu_nccl,examples
     do_sanitize
     do_bench large rocenante-bench-gpu "$large"
     do_bench nvfp4 rocenante-bench-nvfp4 'copy|quantize'
