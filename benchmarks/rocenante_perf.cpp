@@ -5,6 +5,7 @@
 //   rocenante-perf -b 16 -e 1M -f 4 -d all --algo all --ranks 4            (what `tools/quickstart perf` runs)
 //   rocenante-perf --transport cuda_loopback -b 8 -e 64M -f 2 --ranks 4 -G 10 -J receipt.json
 //   mpirun -np 2 -H node0,node1 rocenante-perf --transport ibverbs -b 8 -e 1M -f 2 -J receipt.json
+//   torchrun --no-python --nproc-per-node=4 rocenante-perf --transport gpu_auto -b 8 -e 64M -f 2 -J receipt.json
 //
 // Backends (--transport):
 //   host           CPU host executor (host::communicator over the in-process loopback transport); ranks are CPU
@@ -12,18 +13,25 @@
 //   cuda_loopback  gpu::communicator<cuda_loopback>: fused kernels, ranks as threads of this process, each rank on
 //   cuda_proxy     its own stream (several ranks may share a GPU); cuda_proxy: cuda_loopback_proxy (host-mapped
 //                  windows, a CPU proxy thread per rank moves the bytes). GPU path: perf/gpu.cu (built with nvcc).
-//   ibverbs, auto  one rank per process under mpirun (perf/mpi.cpp, built with MPI): host executor over the
-//                  start-up selection (host::selected_communicator), set up through bootstrap::mpi; ibverbs
-//                  forces the RDMA transport, auto is the selection as ROCENANTE_TRANSPORT says (unset = auto).
-// Default: under mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment, or --mpi) auto; else
-// cuda_loopback when this build has the GPU path and a GPU is present, else host.
+//   auto, ibverbs, socket
+//                  one rank per process (perf/process.cpp): host executor over the start-up selection
+//                  (host::selected_communicator); ibverbs and socket force that transport, auto is the selection as
+//                  ROCENANTE_TRANSPORT says (unset = auto).
+//   gpu_auto, cuda_ipc, cuda_socket, cuda_ibverbs, gpu_nccl
+//                  one rank per process, GPU executor (gpu::selected_communicator) on GPU LOCAL_RANK mod the device
+//                  count: the selection, or that transport forced; the sweep and timing of perf/gpu.cu.
+// One rank per process is chosen by the launcher's variables: mpirun's (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
+// or --mpi; bootstrap::mpi, perf/mpi.cpp) or bootstrap::tcp's (ROCENANTE_BOOTSTRAP, or RANK/WORLD_SIZE from
+// torchrun, SLURM_PROCID/SLURM_NTASKS from srun, ROCENANTE_RANK/ROCENANTE_WORLD_SIZE, with no MPI variable);
+// its default is auto. Else cuda_loopback when this build has the GPU path and a GPU is present, else host.
 //
 // Measurement, host backend: `-w` untimed iterations, then `-n` timed ones; before each timed iteration every rank
-// enters a bootstrap barrier (MPI_Barrier under mpirun), then times its own call with steady_clock. GPU backends: see perf/gpu.cu (CUDA
-// events per rank; -G N captures the -n iterations in one CUDA graph per rank and launches it N times, as in
-// nccl-tests). A row's sample is the slowest rank's; `time` is the median of the samples (p99 by nearest rank and
-// the raw samples of every rank go to the JSON receipt; under mpirun the table also has the p99 column). algbw = size/time; busbw = algbw * 2(n-1)/n for all-reduce,
-// * (n-1)/n for all-gather (nccl-tests' formulas; for all-gather `size` is the gathered output).
+// enters a bootstrap barrier (MPI_Barrier under mpirun, through rank 0 under bootstrap::tcp), then times its own
+// call with steady_clock. GPU backends: see perf/gpu.cu (CUDA events per rank; -G N captures the -n iterations in
+// one CUDA graph per rank and launches it N times, as in nccl-tests). A row's sample is the slowest rank's; `time`
+// is the median of the samples (p99 by nearest rank and the raw samples of every rank go to the JSON receipt; with
+// one host rank per process the table also has the p99 column). algbw = size/time; busbw = algbw * 2(n-1)/n for
+// all-reduce, * (n-1)/n for all-gather (nccl-tests' formulas; for all-gather `size` is the gathered output).
 //
 // Check (-c 1): rank r's element i is a small integer in [-4, 4] drawn from a hash of (seed, r, i), exactly
 // representable in every type, so every sum of up to 16 ranks is exact and the right answer has exactly one
@@ -32,7 +40,8 @@
 // rank (which also counts every element where ranks' bytes differ from each other).
 //
 // Exit status: 0 when every row ran with status ok and #wrong is 0 everywhere; 1 otherwise; 2 for bad usage;
-// 77 when a GPU transport was asked for and there is no GPU (or no GPU path in this build).
+// 77 when a GPU transport was asked for and there is no GPU (or no GPU path in this build; with one rank per process,
+// on every rank when any rank has none).
 #include <getopt.h>
 #include <unistd.h>
 
@@ -91,21 +100,33 @@ void print_help() {
       "      --algo A              one_shot|ring|auto|all, or a comma list (default all); auto runs one_shot at\n"
       "                            every size here (the size table of algorithm/auto.hpp is not applied by this tool)\n"
       "      --collective C        all_reduce|all_gather (default all_reduce)\n"
-      "      --ranks N             in-process ranks, 1..%d (default 4); under mpirun the world size (-np)\n"
-      "      --transport T         host | cuda_loopback | cuda_proxy (default: cuda_loopback when a GPU is present\n"
-      "                            and this build has the GPU path, else host); `loopback` = host.\n"
-      "                            Under mpirun (one rank per process): ibverbs | auto (default auto: the start-up\n"
-      "                            selection, ROCENANTE_TRANSPORT from the environment, unset = auto)\n"
-      "      --mpi                 one rank per process even where no MPI launcher variable (OMPI_COMM_WORLD_SIZE,\n"
-      "                            PMI_SIZE, PMIX_RANK) is set; these variables select it by themselves\n"
+      "      --ranks N             in-process ranks, 1..%d (default 4); one rank per process: the world size\n"
+      "      --transport T         ranks as threads: host | cuda_loopback | cuda_proxy (default: cuda_loopback when\n"
+      "                            a GPU is present and this build has the GPU path, else host); `loopback` = host.\n"
+      "                            One rank per process, host executor: auto | ibverbs | socket (default auto: the\n"
+      "                            start-up selection, ROCENANTE_TRANSPORT from the environment, unset = auto);\n"
+      "                            GPU executor (rank on GPU LOCAL_RANK mod device count): gpu_auto (the selection:\n"
+      "                            cuda_ipc on one node, else ibverbs, else nccl) | cuda_ipc | cuda_socket |\n"
+      "                            cuda_ibverbs | gpu_nccl (forced: no fallback)\n"
+      "      --mpi                 one rank per process through MPI even where no MPI launcher variable\n"
+      "                            (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) is set; these select it by themselves\n"
       "      --devices N           GPU: spread ranks round-robin over the first N GPUs (default: min(ranks, GPUs))\n"
       "      --max-parts N         GPU: CTAs per collective per rank (default: gpu::default_options(), 16)\n"
       "      --nccl, --no-nccl     GPU: run NCCL beside the library (default: wherever it can run, i.e. one rank\n"
       "                            per GPU and libnccl.so.2 loadable; --nccl makes its absence an error)\n"
       "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
       "  -h, --help\n"
-      "Times from the host transport are CPU times of the host executor, not a performance figure. Under mpirun\n"
-      "rank 0 prints the table and writes the receipt; times include the machine's RDMA stack and scheduling.\n",
+      "One rank per process without MPI (bootstrap::tcp): set ROCENANTE_BOOTSTRAP=host:port (rank 0's host, a free\n"
+      "port) or MASTER_ADDR/MASTER_PORT (it listens on MASTER_PORT+1), and ROCENANTE_RANK/ROCENANTE_WORLD_SIZE,\n"
+      "or start it with torchrun (RANK, WORLD_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS):\n"
+      "  for r in 0 1; do ROCENANTE_BOOTSTRAP=127.0.0.1:29600 ROCENANTE_RANK=$r ROCENANTE_WORLD_SIZE=2 \\\n"
+      "      rocenante-perf -b 16 -e 1M & done; wait\n"
+      "  torchrun --no-python --nproc-per-node=4 rocenante-perf --transport gpu_auto -b 8 -e 64M -f 2 -J r.json\n"
+      "  ROCENANTE_BOOTSTRAP=node0:29600 srun -N2 --ntasks-per-node=4 rocenante-perf --transport gpu_auto\n"
+      "  mpirun -np 2 -H node0,node1 rocenante-perf --transport ibverbs       (MPI: bootstrap::mpi)\n"
+      "Rank 0 prints the table and writes the receipt; every rank exits with the same status.\n"
+      "Times from the host transport are CPU times of the host executor, not a performance figure. With one rank\n"
+      "per process, times include the path between the processes (RDMA stack, sockets) and scheduling.\n",
       max_ranks);
 }
 
