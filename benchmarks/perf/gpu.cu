@@ -1,6 +1,8 @@
 // benchmarks/perf/gpu.cu — rocenante-perf's GPU path: gpu::communicator ranks as threads of this process, each
 // rank on its own stream (several ranks may share one GPU), timed with CUDA events, eager or in CUDA graphs, and
-// NCCL's rows beside the library's where NCCL can run. Compiled only when nvcc is found (benchmarks/meson.build).
+// NCCL's rows beside the library's where NCCL can run; and one rank per process (run_gpu_process, called by
+// perf/process.cpp): gpu::selected_communicator on GPU LOCAL_RANK mod the device count, the same sweep and timing,
+// each rank checking its own output. Compiled only when nvcc is found (benchmarks/meson.build).
 //
 // Placement: rank r runs on GPU r mod D, D = --devices or min(ranks, visible GPUs). NCCL cannot put two ranks of
 // one communicator on one device, so its rows exist only when every rank has a GPU of its own (a world of one
@@ -19,7 +21,8 @@
 //   slowest rank.
 // Check: inputs are generated on the GPU from the same hash as the host path; after the timed loop each rank's
 // output is filled with 0xff, one more (eager) collective runs, and a kernel on rank 0's GPU compares every rank's
-// output bytes with the exact expected bytes (an element counts once if it is wrong on any rank).
+// output bytes with the exact expected bytes (an element counts once if it is wrong on any rank). With one rank per
+// process each rank's kernel marks its own wrong elements in a bitmap, merged through the bootstrap.
 //
 // Harness rule (docs/design.md, in-process ranks sharing a GPU): between set-up and teardown no rank's thread
 // calls a device-synchronising CUDA API; buffers are allocated before the barrier that ends set-up.
