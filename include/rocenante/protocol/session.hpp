@@ -357,11 +357,14 @@ class session {
     const auto& l = h_.layout();
     const std::uint64_t per_part = l.channels;
     const std::uint64_t mine = (l.max_parts - part_ + parts - 1) / parts;  // parts p, p + parts, ... below max_parts
+    // This sequence with the unset tag: no call's word, and its low half is a finished sequence, so a flag
+    // written later in two halves (ibverbs) never pairs a new half with a current-looking old one.
+    const std::uint64_t scrubbed = make_flag(seq_, flag_signature(flag_unset));
     for (std::uint64_t w = static_cast<std::uint64_t>(team_.thread()); w < mine * per_part;
          w += static_cast<std::uint64_t>(team_.size())) {
       const std::uint32_t part = part_ + static_cast<std::uint32_t>(w / per_part) * parts;
       const std::uint32_t channel = static_cast<std::uint32_t>(w % per_part);
-      detail::store_relaxed(h_.local_flag(l.flag_index(slot(), part, channel)), flag_unset);
+      detail::store_relaxed(h_.local_flag(l.flag_index(slot(), part, channel)), scrubbed);
     }
   }
 
