@@ -350,9 +350,8 @@ class session {
   }
 
   /// Part p clears this slot's flag words of parts p, p + parts, ... (every channel) in this rank's window.
-  /// Nothing else writes them now: every peer's writes of earlier calls have landed (this call received a flag
-  /// each peer sent after them), and a peer writes this slot again only at the next call but one, after it has
-  /// received this rank's next flags.
+  /// Nothing of an earlier call is still in flight into them, and peers write this slot again only at the next
+  /// call but one, after this rank's next flags (docs/design.md, "Sequence wrap", has the argument).
   ROCENANTE_HOST_DEVICE ROCENANTE_COLD void scrub(std::uint32_t parts) {
     const auto& l = h_.layout();
     const std::uint64_t per_part = l.channels;
