@@ -31,7 +31,7 @@ struct failure_record {
   std::uint64_t observed;  ///< flag word seen last
   std::uint64_t waited_ns; ///< how long the wait lasted
   std::uint32_t relayed;   ///< 1 when this rank learned of the failure from a peer's abort flag
-  std::uint32_t reserved;
+  std::int32_t reporter;   ///< the rank that detected the failure (this rank, unless relayed)
 };
 
 /// poison values
