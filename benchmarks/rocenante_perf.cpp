@@ -5,6 +5,7 @@
 //   rocenante-perf -b 16 -e 1M -f 4 -d all --algo all --ranks 4            (what `tools/quickstart perf` runs)
 //   rocenante-perf --transport cuda_loopback -b 8 -e 64M -f 2 --ranks 4 -G 10 -J receipt.json
 //   mpirun -np 2 -H node0,node1 rocenante-perf --transport ibverbs -b 8 -e 1M -f 2 -J receipt.json
+//   torchrun --no-python --nproc-per-node=4 rocenante-perf --transport gpu_auto -b 8 -e 64M -f 2 -J receipt.json
 //
 // Backends (--transport):
 //   host           CPU host executor (host::communicator over the in-process loopback transport); ranks are CPU
@@ -12,18 +13,25 @@
 //   cuda_loopback  gpu::communicator<cuda_loopback>: fused kernels, ranks as threads of this process, each rank on
 //   cuda_proxy     its own stream (several ranks may share a GPU); cuda_proxy: cuda_loopback_proxy (host-mapped
 //                  windows, a CPU proxy thread per rank moves the bytes). GPU path: perf/gpu.cu (built with nvcc).
-//   ibverbs, auto  one rank per process under mpirun (perf/mpi.cpp, built with MPI): host executor over the
-//                  start-up selection (host::selected_communicator), set up through bootstrap::mpi; ibverbs
-//                  forces the RDMA transport, auto is the selection as ROCENANTE_TRANSPORT says (unset = auto).
-// Default: under mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment, or --mpi) auto; else
-// cuda_loopback when this build has the GPU path and a GPU is present, else host.
+//   auto, ibverbs, socket
+//                  one rank per process (perf/process.cpp): host executor over the start-up selection
+//                  (host::selected_communicator); ibverbs and socket force that transport, auto is the selection as
+//                  ROCENANTE_TRANSPORT says (unset = auto).
+//   gpu_auto, cuda_ipc, cuda_socket, cuda_ibverbs, gpu_nccl
+//                  one rank per process, GPU executor (gpu::selected_communicator) on GPU LOCAL_RANK mod the device
+//                  count: the selection, or that transport forced; the sweep and timing of perf/gpu.cu.
+// One rank per process is chosen by the launcher's variables: mpirun's (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
+// or --mpi; bootstrap::mpi, perf/mpi.cpp) or bootstrap::tcp's (ROCENANTE_BOOTSTRAP, or RANK/WORLD_SIZE from
+// torchrun, SLURM_PROCID/SLURM_NTASKS from srun, ROCENANTE_RANK/ROCENANTE_WORLD_SIZE, with no MPI variable);
+// its default is auto. Else cuda_loopback when this build has the GPU path and a GPU is present, else host.
 //
 // Measurement, host backend: `-w` untimed iterations, then `-n` timed ones; before each timed iteration every rank
-// enters a bootstrap barrier (MPI_Barrier under mpirun), then times its own call with steady_clock. GPU backends: see perf/gpu.cu (CUDA
-// events per rank; -G N captures the -n iterations in one CUDA graph per rank and launches it N times, as in
-// nccl-tests). A row's sample is the slowest rank's; `time` is the median of the samples (p99 by nearest rank and
-// the raw samples of every rank go to the JSON receipt; under mpirun the table also has the p99 column). algbw = size/time; busbw = algbw * 2(n-1)/n for all-reduce,
-// * (n-1)/n for all-gather (nccl-tests' formulas; for all-gather `size` is the gathered output).
+// enters a bootstrap barrier (MPI_Barrier under mpirun, through rank 0 under bootstrap::tcp), then times its own
+// call with steady_clock. GPU backends: see perf/gpu.cu (CUDA events per rank; -G N captures the -n iterations in
+// one CUDA graph per rank and launches it N times, as in nccl-tests). A row's sample is the slowest rank's; `time`
+// is the median of the samples (p99 by nearest rank and the raw samples of every rank go to the JSON receipt; with
+// one host rank per process the table also has the p99 column). algbw = size/time; busbw = algbw * 2(n-1)/n for
+// all-reduce, * (n-1)/n for all-gather (nccl-tests' formulas; for all-gather `size` is the gathered output).
 //
 // Check (-c 1): rank r's element i is a small integer in [-4, 4] drawn from a hash of (seed, r, i), exactly
 // representable in every type, so every sum of up to 16 ranks is exact and the right answer has exactly one
@@ -32,7 +40,8 @@
 // rank (which also counts every element where ranks' bytes differ from each other).
 //
 // Exit status: 0 when every row ran with status ok and #wrong is 0 everywhere; 1 otherwise; 2 for bad usage;
-// 77 when a GPU transport was asked for and there is no GPU (or no GPU path in this build).
+// 77 when a GPU transport was asked for and there is no GPU (or no GPU path in this build; with one rank per process,
+// on every rank when any rank has none).
 #include <getopt.h>
 #include <unistd.h>
 
@@ -46,10 +55,12 @@
 #include <ctime>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <rocenante/rocenante.hpp>
+#include <rocenante/bootstrap/tcp.hpp>
 
 #include "perf/host_sweep.hpp"
 #include "perf/perf.hpp"
@@ -89,21 +100,33 @@ void print_help() {
       "      --algo A              one_shot|ring|auto|all, or a comma list (default all); auto runs one_shot at\n"
       "                            every size here (the size table of algorithm/auto.hpp is not applied by this tool)\n"
       "      --collective C        all_reduce|all_gather (default all_reduce)\n"
-      "      --ranks N             in-process ranks, 1..%d (default 4); under mpirun the world size (-np)\n"
-      "      --transport T         host | cuda_loopback | cuda_proxy (default: cuda_loopback when a GPU is present\n"
-      "                            and this build has the GPU path, else host); `loopback` = host.\n"
-      "                            Under mpirun (one rank per process): ibverbs | auto (default auto: the start-up\n"
-      "                            selection, ROCENANTE_TRANSPORT from the environment, unset = auto)\n"
-      "      --mpi                 one rank per process even where no MPI launcher variable (OMPI_COMM_WORLD_SIZE,\n"
-      "                            PMI_SIZE, PMIX_RANK) is set; these variables select it by themselves\n"
+      "      --ranks N             in-process ranks, 1..%d (default 4); one rank per process: the world size\n"
+      "      --transport T         ranks as threads: host | cuda_loopback | cuda_proxy (default: cuda_loopback when\n"
+      "                            a GPU is present and this build has the GPU path, else host); `loopback` = host.\n"
+      "                            One rank per process, host executor: auto | ibverbs | socket (default auto: the\n"
+      "                            start-up selection, ROCENANTE_TRANSPORT from the environment, unset = auto);\n"
+      "                            GPU executor (rank on GPU LOCAL_RANK mod device count): gpu_auto (the selection:\n"
+      "                            cuda_ipc on one node, else ibverbs, else nccl) | cuda_ipc | cuda_socket |\n"
+      "                            cuda_ibverbs | gpu_nccl (forced: no fallback)\n"
+      "      --mpi                 one rank per process through MPI even where no MPI launcher variable\n"
+      "                            (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) is set; these select it by themselves\n"
       "      --devices N           GPU: spread ranks round-robin over the first N GPUs (default: min(ranks, GPUs))\n"
       "      --max-parts N         GPU: CTAs per collective per rank (default: gpu::default_options(), 16)\n"
       "      --nccl, --no-nccl     GPU: run NCCL beside the library (default: wherever it can run, i.e. one rank\n"
       "                            per GPU and libnccl.so.2 loadable; --nccl makes its absence an error)\n"
       "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
       "  -h, --help\n"
-      "Times from the host transport are CPU times of the host executor, not a performance figure. Under mpirun\n"
-      "rank 0 prints the table and writes the receipt; times include the machine's RDMA stack and scheduling.\n",
+      "One rank per process without MPI (bootstrap::tcp): set ROCENANTE_BOOTSTRAP=host:port (rank 0's host, a free\n"
+      "port) or MASTER_ADDR/MASTER_PORT (it listens on MASTER_PORT+1), and ROCENANTE_RANK/ROCENANTE_WORLD_SIZE,\n"
+      "or start it with torchrun (RANK, WORLD_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS):\n"
+      "  for r in 0 1; do ROCENANTE_BOOTSTRAP=127.0.0.1:29600 ROCENANTE_RANK=$r ROCENANTE_WORLD_SIZE=2 \\\n"
+      "      rocenante-perf -b 16 -e 1M & done; wait\n"
+      "  torchrun --no-python --nproc-per-node=4 rocenante-perf --transport gpu_auto -b 8 -e 64M -f 2 -J r.json\n"
+      "  ROCENANTE_BOOTSTRAP=node0:29600 srun -N2 --ntasks-per-node=4 rocenante-perf --transport gpu_auto\n"
+      "  mpirun -np 2 -H node0,node1 rocenante-perf --transport ibverbs       (MPI: bootstrap::mpi)\n"
+      "Rank 0 prints the table and writes the receipt; every rank exits with the same status.\n"
+      "Times from the host transport are CPU times of the host executor, not a performance figure. With one rank\n"
+      "per process, times include the path between the processes (RDMA stack, sockets) and scheduling.\n",
       max_ranks);
 }
 
@@ -173,6 +196,47 @@ std::vector<algo> parse_algos(const std::string& s, bool* automatic) {
   return out;
 }
 
+/// One rank per process when a launcher's variables say so. mpirun: --mpi, or an MPI launcher's variables
+/// (OMPI_COMM_WORLD_SIZE: Open MPI; PMI_SIZE: MPICH, Slurm's PMI; PMIX_RANK: PMIx). bootstrap::tcp:
+/// ROCENANTE_BOOTSTRAP (it wins over the MPI variables: mpirun without MPI), or the rank variables of torchrun
+/// (RANK, WORLD_SIZE), srun (SLURM_PROCID, SLURM_NTASKS) or ROCENANTE_RANK / ROCENANTE_WORLD_SIZE with no MPI
+/// launcher variable.
+void detect_launch(config& c) {
+  auto var = [](const char* v) -> const char* {
+    const char* x = std::getenv(v);
+    return x && *x ? x : nullptr;
+  };
+  if (c.launch == launch_kind::mpirun) return;  // --mpi
+  if (const char* b = var("ROCENANTE_BOOTSTRAP")) {
+    c.launch = launch_kind::tcp;
+    c.launch_why = std::string("ROCENANTE_BOOTSTRAP=") + b;
+  } else {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+      if (const char* x = var(v)) {
+        c.launch = launch_kind::mpirun;
+        c.launch_why = std::string(v) + "=" + x;
+        return;
+      }
+  }
+  // Whose rank variables bootstrap::tcp will read (its order): names the launch in the header and receipt.
+  static constexpr const char* pairs[][3] = {{"ROCENANTE_RANK", "ROCENANTE_WORLD_SIZE", "ROCENANTE_RANK"},
+                                             {"RANK", "WORLD_SIZE", "torchrun"},
+                                             {"SLURM_PROCID", "SLURM_NTASKS", "srun"},
+                                             {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun"},
+                                             {"PMI_RANK", "PMI_SIZE", "PMI"}};
+  for (const auto& p : pairs)
+    if (var(p[0]) && var(p[1])) {
+      // Open MPI's and PMI's pair count only when ROCENANTE_BOOTSTRAP chose tcp (else it was an MPI launch above).
+      if (c.launch != launch_kind::tcp && (std::strcmp(p[2], "mpirun") == 0 || std::strcmp(p[2], "PMI") == 0)) continue;
+      if (c.launch != launch_kind::tcp)
+        c.launch_why = std::string(p[0]) + "=" + var(p[0]) + ", " + p[1] + "=" + var(p[1]);
+      c.launch = launch_kind::tcp;
+      c.launcher = p[2];
+      return;
+    }
+  if (c.launch == launch_kind::tcp) c.launcher = "ROCENANTE_BOOTSTRAP";  // bootstrap::tcp will name what is missing
+}
+
 config parse_args(int argc, char** argv) {
   enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt, opt_nccl, opt_no_nccl, opt_devices,
          opt_parts, opt_mpi };
@@ -226,7 +290,7 @@ config parse_args(int argc, char** argv) {
       case opt_devices: c.devices = static_cast<int>(parse_int(optarg, "devices", 1, max_ranks)); break;
       case opt_parts: c.max_parts = static_cast<int>(parse_int(optarg, "max-parts", 1, 1024)); break;
       case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); c.ranks_given = true; break;
-      case opt_mpi: c.mpi = true; c.mpi_why = "--mpi"; break;
+      case opt_mpi: c.launch = launch_kind::mpirun; c.launch_why = "--mpi"; break;
       case opt_collective:
         if (std::strcmp(optarg, "all_reduce") == 0) c.coll = collective_kind::all_reduce;
         else if (std::strcmp(optarg, "all_gather") == 0) c.coll = collective_kind::all_gather;
@@ -240,8 +304,16 @@ config parse_args(int argc, char** argv) {
         else if (t == "cuda_loopback" || t == "gpu") c.backend = backend_kind::cuda_loopback;
         else if (t == "cuda_proxy" || t == "cuda_loopback_proxy") c.backend = backend_kind::cuda_proxy;
         else if (t == "ibverbs") c.backend = backend_kind::ibverbs;
+        else if (t == "socket") c.backend = backend_kind::socket;
         else if (t == "auto") c.backend = backend_kind::automatic;
-        else usage_error("unknown transport '" + t + "': use host, cuda_loopback, cuda_proxy, or under mpirun ibverbs or auto");
+        else if (t == "gpu_auto" || t == "gpu-auto") c.backend = backend_kind::gpu_auto;
+        else if (t == "cuda_ipc") c.backend = backend_kind::cuda_ipc;
+        else if (t == "cuda_socket") c.backend = backend_kind::cuda_socket;
+        else if (t == "cuda_ibverbs") c.backend = backend_kind::cuda_ibverbs;
+        else if (t == "gpu_nccl" || t == "nccl") c.backend = backend_kind::gpu_nccl;
+        else usage_error("unknown transport '" + t + "': use host, cuda_loopback, cuda_proxy (ranks as threads), or with "
+                         "one rank per process auto, ibverbs, socket (host executor), gpu_auto, cuda_ipc, cuda_socket, "
+                         "cuda_ibverbs, gpu_nccl (GPU executor)");
         break;
       }
       case opt_corrupt: c.corrupt_rank = static_cast<int>(parse_int(optarg, "rank", 0, max_ranks - 1)); break;
@@ -250,25 +322,24 @@ config parse_args(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
-  // Launched by an MPI launcher: one rank per process. (OpenMPI sets OMPI_COMM_WORLD_SIZE; MPICH and Slurm's PMI
-  // set PMI_SIZE; PMIx launchers set PMIX_RANK.)
-  if (!c.mpi)
-    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-      if (const char* x = std::getenv(v)) {
-        c.mpi = true;
-        c.mpi_why = std::string(v) + "=" + x;
-        break;
-      }
-  if (c.mpi) {
+  detect_launch(c);
+  if (c.launch != launch_kind::threads) {
+    const char* by = c.launch == launch_kind::mpirun ? "mpirun" : "a launcher";
     if (!c.transport_given) c.backend = backend_kind::automatic;
     if (!per_process(c.backend))
-      usage_error("under mpirun (" + c.mpi_why + ") each process is one rank: use --transport ibverbs or auto, not " +
-                  c.transport_arg + " (which runs every rank as a thread of one process)");
-    if (c.graph_launches > 0 || c.nccl == nccl_mode::on || c.devices > 0 || c.max_parts > 0)
-      usage_error("-G, --nccl, --devices and --max-parts belong to the GPU transports; under mpirun ranks run the host executor");
+      usage_error(std::string("started by ") + by + " (" + c.launch_why + "), each process is one rank: use --transport "
+                  "auto, ibverbs or socket (host executor) or gpu_auto, cuda_ipc, cuda_socket, cuda_ibverbs or gpu_nccl "
+                  "(GPU executor), not " + c.transport_arg + " (which runs every rank as a thread of one process)");
+    if (!gpu_per_process(c.backend) && (c.graph_launches > 0 || c.max_parts > 0))
+      usage_error("-G and --max-parts belong to the GPU executor: use --transport gpu_auto, cuda_ipc, cuda_socket, "
+                  "cuda_ibverbs or gpu_nccl");
+    if (c.nccl == nccl_mode::on || c.devices > 0)
+      usage_error("--nccl and --devices belong to ranks as threads; with one rank per process each rank uses GPU "
+                  "LOCAL_RANK mod the device count, and NCCL runs as --transport gpu_nccl");
   } else if (per_process(c.backend)) {
-    usage_error("--transport " + c.transport_arg + " runs one rank per process: launch it with mpirun, e.g. "
-                "mpirun -np 2 rocenante-perf --transport " + c.transport_arg + " (or pass --mpi)");
+    usage_error("--transport " + c.transport_arg + " runs one rank per process: start the processes with a launcher, "
+                "e.g. ROCENANTE_BOOTSTRAP=127.0.0.1:29600 ROCENANTE_RANK=r ROCENANTE_WORLD_SIZE=2 for r = 0, 1, "
+                "torchrun --no-python --nproc-per-node=2, or mpirun -np 2 (see --help)");
   }
   if (c.min_bytes == 0) c.min_bytes = 1;
   if (c.max_bytes < c.min_bytes) usage_error("maxbytes is below minbytes");
@@ -377,7 +448,8 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
     cmd += shell_quote(argv[i]);
   }
   const bool on_host = cfg.backend == backend_kind::host;
-  const bool mpi = per_process(cfg.backend);
+  const bool mpi = per_process(cfg.backend);  // one rank per process, whichever launcher
+  const bool gpu_proc = gpu_per_process(cfg.backend);
   std::fprintf(f, "{\n  \"tool\": \"rocenante-perf\",\n  \"version\": \"%d.%d.%d\",\n", ROCENANTE_VERSION_MAJOR,
                ROCENANTE_VERSION_MINOR, ROCENANTE_VERSION_PATCH);
   std::fprintf(f, "  \"command_line\": %s,\n  \"argv\": [", json_string(cmd).c_str());
@@ -390,10 +462,11 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                json_string(mpi ? facts.transport : std::string(to_string(cfg.backend))).c_str(), cfg.ranks);
   if (mpi) {
     // One rank per process: how it was launched, what the ranks decided at start-up, and where each rank ran.
-    std::fprintf(f, "  \"launch\": \"mpirun\",\n  \"launch_detected_by\": %s,\n  \"transport_requested\": %s,\n",
-                 json_string(cfg.mpi_why).c_str(), json_string(to_string(cfg.backend)).c_str());
-    std::fprintf(f, "  \"selection\": %s,\n  \"mpi_library\": %s,\n  \"rank_hosts\": [", json_string(facts.selection).c_str(),
-                 json_string(facts.mpi_library).c_str());
+    std::fprintf(f, "  \"launch\": %s,\n  \"launch_detected_by\": %s,\n  \"transport_requested\": %s,\n",
+                 json_string(facts.launch).c_str(), json_string(cfg.launch_why).c_str(),
+                 json_string(to_string(cfg.backend)).c_str());
+    std::fprintf(f, "  \"selection\": %s,\n  \"%s\": %s,\n  \"rank_hosts\": [", json_string(facts.selection).c_str(),
+                 cfg.launch == launch_kind::mpirun ? "mpi_library" : "bootstrap", json_string(facts.launch_detail).c_str());
     for (std::size_t i = 0; i < facts.rank_hosts.size(); ++i)
       std::fprintf(f, "%s%s", i ? ", " : "", json_string(facts.rank_hosts[i]).c_str());
     std::fprintf(f, "],\n  \"rank_devices\": [");
@@ -412,22 +485,23 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                static_cast<unsigned long long>(capacity_for(cfg)),
                json_string(on_host ? "per iteration: the slowest rank's steady_clock time of one call, after a "
                                      "barrier; median and p99 (nearest rank) over iterations"
-                           : mpi ? "per iteration: every rank (process) times its own call with steady_clock after an "
-                                   "MPI_Barrier (bootstrap::mpi); a sample is the slowest rank's; median and p99 (nearest "
-                                   "rank) over iterations"
                                  : facts.time_method)
                    .c_str());
   std::fprintf(f, "  \"note\": %s,\n",
                json_string(on_host ? "CPU host executor over the in-process loopback transport: not a performance figure"
-                           : mpi ? "CPU host executor, one rank per process (mpirun), transport " + facts.transport +
+                           : gpu_proc ? "GPU executor, one rank per process (" + facts.launch + "), transport " +
+                                            facts.transport + ", each rank on GPU LOCAL_RANK mod the device count (rank_devices)"
+                           : mpi ? "CPU host executor, one rank per process (" + facts.launch + "), transport " + facts.transport +
                                        ": times include the path between the processes (for ibverbs, the RDMA stack), "
                                        "the CPUs and the scheduler; rank_hosts says where it ran (softroce-vm: Soft-RoCE "
                                        "in an emulated VM, not a hardware figure)"
                                  : "GPU executor; ranks are threads of this process, each on its own stream")
                    .c_str());
-  if (!on_host && !mpi)
-    std::fprintf(f, "  \"max_parts\": %u,\n  \"min_part_bytes\": %llu,\n  \"timeout_s\": %s,\n", facts.max_parts,
-                 static_cast<unsigned long long>(facts.min_part_bytes), json_number(cfg.timeout_s).c_str());
+  if (!on_host && (!mpi || gpu_proc)) {
+    std::fprintf(f, "  \"max_parts\": %u,\n  \"min_part_bytes\": %llu,\n", facts.max_parts,
+                 static_cast<unsigned long long>(facts.min_part_bytes));
+    if (!mpi) std::fprintf(f, "  \"timeout_s\": %s,\n", json_number(cfg.timeout_s).c_str());
+  }
   std::fprintf(f, "  \"nccl\": %s,\n  \"cuda_runtime\": %s,\n  \"driver\": %s,\n  \"rank_device\": [",
                json_string(facts.nccl_state).c_str(), json_string(facts.cuda_runtime).c_str(),
                json_string(facts.driver).c_str());
@@ -515,7 +589,33 @@ int gpu_count(std::string* why) {
   return 0;
 }
 void run_gpu(const config&, std::vector<row>&, run_facts&) {}
+std::string run_gpu_process(bootstrap::bootstrap_ref, const config&, int, run_facts&, std::vector<row>&,
+                            const std::function<void(const process_ready&)>&) {
+  throw config_error("this build has no GPU path (nvcc was not found at configure time)");
+}
 #endif
+
+void print_gpu_header(const config& cfg, const run_facts& facts, const std::string& placement) {
+  for (const gpu_facts& g : facts.gpus) {
+    std::printf("# GPU %d: %s (sm_%d%d, %d SMs), %s, PCI %s\n", g.index, g.name.c_str(), g.sm_major, g.sm_minor, g.sms,
+                g.uuid.c_str(), g.pci_bus_id.c_str());
+    if (g.sm_clock_mhz >= 0)
+      std::printf("#   clocks: SM %d MHz (max %d), memory %d MHz (max %d), %s\n", g.sm_clock_mhz, g.sm_clock_max_mhz,
+                  g.mem_clock_mhz, g.mem_clock_max_mhz, g.clocks_source.c_str());
+    else
+      std::printf("#   clocks: %s\n", g.clocks_source.c_str());
+  }
+  if (!placement.empty()) std::printf("%s\n", placement.c_str());
+  std::printf("# options: max_parts %u (CTAs per collective and rank, at most), min_part_bytes %llu, timeout %g s\n",
+              facts.max_parts, static_cast<unsigned long long>(facts.min_part_bytes), cfg.timeout_s);
+  std::printf("# NCCL: %s\n", facts.nccl_state.c_str());
+  std::printf("# time (us): %s\n#\n", cfg.graph_launches > 0
+                                          ? "per collective inside a CUDA graph of -n collectives, median over -G "
+                                            "launches of the slowest rank (raw samples, p99, loop_us: -J FILE)"
+                                          : "per collective, CUDA events on each rank's stream, median over -n of the "
+                                            "slowest rank (raw samples, p99, loop_us: -J FILE)");
+  print_columns();
+}
 
 #ifndef ROCENANTE_PERF_MPI
 // Built without MPI: no rank-per-process mode.
@@ -587,14 +687,33 @@ int main(int argc, char** argv) {
   // (before the first CUDA call; a value the user set is kept).
   ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   config cfg = parse_args(argc, argv);
-  if (cfg.mpi) {  // one rank per process (perf/mpi.cpp)
+  if (cfg.launch == launch_kind::mpirun) {  // one rank per process, bootstrap::mpi (perf/mpi.cpp)
     const std::string why = mpi_unavailable();
     if (!why.empty()) {
-      std::fprintf(stderr, "rocenante-perf: launched for one rank per process (%s), but %s\n", cfg.mpi_why.c_str(),
-                   why.c_str());
+      std::fprintf(stderr, "rocenante-perf: launched by mpirun (%s), but %s; or set ROCENANTE_BOOTSTRAP=host:port "
+                           "(rank 0's host and a free port) to start the ranks over TCP without MPI\n",
+                   cfg.launch_why.c_str(), why.c_str());
       return 2;
     }
     return run_mpi(argc, argv, cfg);
+  }
+  if (cfg.launch == launch_kind::tcp) {  // one rank per process, bootstrap::tcp (perf/process.cpp)
+    process_launch how;
+    how.name = "tcp (" + cfg.launcher + ")";
+    how.barrier = "a bootstrap::tcp barrier (through rank 0)";
+    std::unique_ptr<bootstrap::tcp> boot;
+    try {
+      const bootstrap::tcp_config tc = bootstrap::tcp_config_from_env();
+      how.detail = "bootstrap::tcp, rank 0 at " + tc.host + ":" + std::to_string(tc.port) + " (" + tc.source + ")";
+      boot = std::make_unique<bootstrap::tcp>(tc);  // connects every rank to rank 0, bounded
+    } catch (const config_error& e) {
+      std::fprintf(stderr, "rocenante-perf: started by %s (%s): %s\n", how.name.c_str(), cfg.launch_why.c_str(), e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rocenante-perf: started by %s (%s): %s\n", how.name.c_str(), cfg.launch_why.c_str(), e.what());
+      return 1;
+    }
+    return run_processes(*boot, argc, argv, cfg, how);
   }
   std::string no_gpu_why;
   if (!cfg.transport_given) {

@@ -115,12 +115,16 @@ def plot_one(path, r, outdir, label):
                 (f"\n{r['note']}" if r.get("launch") == "mpirun" and r.get("note") else ""))
         axes_setup(ax, title, note)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        name = f"{os.path.splitext(os.path.basename(path))[0]}-{t}.png"
-        fig.savefig(os.path.join(outdir, name), dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        written.append(name)
+        written.append(save(fig, outdir, f"{os.path.splitext(os.path.basename(path))[0]}-{t}.png"))
     return written
+
+
+def save(fig, outdir, name):
+    """Writes one figure as outdir/name and closes it; returns name."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, name), dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return name
 
 
 SHADES = {"one_shot": "Blues", "ring": "Oranges", "nccl": "Greens"}
@@ -153,11 +157,7 @@ def plot_overlay(receipts, outdir, label):
                    "receipts: " + ", ".join(paths) + "\ncommit(s): " + ", ".join(sorted(commits)) +
                    ("   solid: CUDA graph, dashed: eager" if gpu_runs else "   dashed: eager (host executor)"))
         ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        name = f"overlay-{t}.png"
-        fig.savefig(os.path.join(outdir, name), dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        written.append(name)
+        written.append(save(fig, outdir, f"overlay-{t}.png"))
     return written
 
 

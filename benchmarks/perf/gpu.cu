@@ -1,6 +1,8 @@
 // benchmarks/perf/gpu.cu — rocenante-perf's GPU path: gpu::communicator ranks as threads of this process, each
 // rank on its own stream (several ranks may share one GPU), timed with CUDA events, eager or in CUDA graphs, and
-// NCCL's rows beside the library's where NCCL can run. Compiled only when nvcc is found (benchmarks/meson.build).
+// NCCL's rows beside the library's where NCCL can run; and one rank per process (run_gpu_process, called by
+// perf/process.cpp): gpu::selected_communicator on GPU LOCAL_RANK mod the device count, the same sweep and timing,
+// each rank checking its own output. Compiled only when nvcc is found (benchmarks/meson.build).
 //
 // Placement: rank r runs on GPU r mod D, D = --devices or min(ranks, visible GPUs). NCCL cannot put two ranks of
 // one communicator on one device, so its rows exist only when every rank has a GPU of its own (a world of one
@@ -19,7 +21,8 @@
 //   slowest rank.
 // Check: inputs are generated on the GPU from the same hash as the host path; after the timed loop each rank's
 // output is filled with 0xff, one more (eager) collective runs, and a kernel on rank 0's GPU compares every rank's
-// output bytes with the exact expected bytes (an element counts once if it is wrong on any rank).
+// output bytes with the exact expected bytes (an element counts once if it is wrong on any rank). With one rank per
+// process each rank's kernel marks its own wrong elements in a bitmap, merged through the bootstrap.
 //
 // Harness rule (docs/design.md, in-process ranks sharing a GPU): between set-up and teardown no rank's thread
 // calls a device-synchronising CUDA API; buffers are allocated before the barrier that ends set-up.
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include <rocenante/gpu/communicator.hpp>
+#include <rocenante/gpu/select.hpp>
 #include <rocenante/host/spawn.hpp>
 
 #include "nvml.hpp"
@@ -72,10 +76,11 @@ __device__ unsigned bits_of(T v) {
   }
 }
 
-/// Counts elements j for which any rank's output differs bitwise from the exact expected value.
+/// Counts elements j for which any of the `checked` outputs in `outs` differs bitwise from the exact expected value
+/// of an n-rank collective; sets bit j of `bitmap` (when not null) for each.
 template <class T>
-__global__ void count_wrong(output_set outs, int n, std::uint64_t count, std::uint64_t out_count, bool gather,
-                            std::uint64_t seed, unsigned long long* wrong) {
+__global__ void count_wrong(output_set outs, int checked, int n, std::uint64_t count, std::uint64_t out_count,
+                            bool gather, std::uint64_t seed, unsigned long long* wrong, unsigned* bitmap) {
   unsigned long long mine = 0;
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
   for (std::uint64_t j = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < out_count; j += stride) {
@@ -89,8 +94,9 @@ __global__ void count_wrong(output_set outs, int n, std::uint64_t count, std::ui
     }
     const unsigned want = bits_of(expect);
     bool bad = false;
-    for (int q = 0; q < n; ++q) bad = bad || bits_of(static_cast<const T*>(outs.p[q])[j]) != want;
+    for (int q = 0; q < checked; ++q) bad = bad || bits_of(static_cast<const T*>(outs.p[q])[j]) != want;
     mine += bad ? 1 : 0;
+    if (bad && bitmap) atomicOr(&bitmap[j / 32], 1u << (j % 32));
   }
   if (mine) atomicAdd(wrong, mine);
 }
@@ -100,6 +106,14 @@ __global__ void flip_bit(unsigned char* p) { *p ^= 1u; }
 constexpr int fill_blocks = 1024, fill_threads = 256;
 
 // ---- the world: what rank threads share --------------------------------------------------------------------
+
+/// Whose outputs a rank's check reads. Ranks as threads (`shared`): rank 0's kernel reads every rank's output
+/// through `outs`, and only rank 0's row has #wrong. Ranks as processes: each rank checks its own output into a
+/// bitmap, and the bitmaps are merged through the bootstrap (every rank's row has #wrong).
+struct check_plan {
+  const output_set* outs = nullptr;  // shared: every rank's output, filled before the sweep
+  bool shared = true;
+};
 
 struct world {
   int n = 0;
@@ -120,8 +134,15 @@ struct rank_buffers {
   std::vector<cudaEvent_t> start, stop;
   unsigned long long* wrong_dev = nullptr;
   unsigned long long* wrong_host = nullptr;
+  unsigned* bitmap = nullptr;  // per-rank check: one bit per output element (2-byte types: the most elements)
+  std::uint64_t bitmap_bytes = 0;
 
-  rank_buffers(std::uint64_t in_bytes, std::uint64_t out_bytes, int events) : start(events), stop(events) {
+  rank_buffers(std::uint64_t in_bytes, std::uint64_t out_bytes, int events, bool with_bitmap)
+      : start(events), stop(events) {
+    if (with_bitmap) {
+      bitmap_bytes = (out_bytes / 2 + 31) / 32 * 4;
+      ROCENANTE_CUDA_CHECK(cudaMalloc(&bitmap, bitmap_bytes));
+    }
     ROCENANTE_CUDA_CHECK(cudaMalloc(&in, in_bytes + 64));
     ROCENANTE_CUDA_CHECK(cudaMalloc(&out, out_bytes + 64));
     ROCENANTE_CUDA_CHECK(cudaMemset(in, 0, in_bytes + 64));
@@ -145,6 +166,7 @@ struct rank_buffers {
     cudaFree(out);
     cudaFree(wrong_dev);
     cudaFreeHost(wrong_host);
+    if (bitmap) cudaFree(bitmap);
   }
 };
 
@@ -154,9 +176,9 @@ double now_us() {
 
 /// One row on every rank (every rank calls with the same arguments). `call(in, out, count, stream, why)` issues
 /// one collective on this rank and returns its status; `health(why)` reports an asynchronous failure after the
-/// stream is synchronized. Statistics and #wrong are complete on rank 0.
-template <class T, class Call, class Health>
-row measure(bootstrap::in_process& boot, const config& cfg, rank_buffers& b, world& w, std::uint64_t size,
+/// stream is synchronized. Statistics are complete on every rank; #wrong on rank 0 (plan.shared) or every rank.
+template <class T, class Boot, class Call, class Health>
+row measure(Boot& boot, const config& cfg, rank_buffers& b, const check_plan& plan, std::uint64_t size,
             std::uint64_t seed, Call&& call, Health&& health) {
   const int n = boot.size(), me = boot.rank();
   const bool gather = cfg.coll == collective_kind::all_gather;
@@ -255,15 +277,29 @@ row measure(bootstrap::in_process& boot, const config& cfg, rank_buffers& b, wor
     note(st, w_);
   }
   boot.barrier();  // every rank's output is final
-  if (cfg.check && me == 0) {
+  if (cfg.check && (me == 0 || !plan.shared)) {
+    output_set own{};
+    own.p[0] = out;
+    const std::uint64_t words = (out_count + 31) / 32;
     *b.wrong_host = 0;
     cuda(cudaMemsetAsync(b.wrong_dev, 0, sizeof(unsigned long long), s), "cudaMemsetAsync");
-    count_wrong<T><<<fill_blocks, fill_threads, 0, s>>>(w.outs, n, count, out_count, gather, seed, b.wrong_dev);
+    if (!plan.shared) cuda(cudaMemsetAsync(b.bitmap, 0, words * 4, s), "cudaMemsetAsync");
+    count_wrong<T><<<fill_blocks, fill_threads, 0, s>>>(plan.shared ? *plan.outs : own, plan.shared ? n : 1, n, count,
+                                                        out_count, gather, seed, b.wrong_dev,
+                                                        plan.shared ? nullptr : b.bitmap);
     cuda(cudaGetLastError(), "count_wrong launch");
     cuda(cudaMemcpyAsync(b.wrong_host, b.wrong_dev, sizeof(unsigned long long), cudaMemcpyDeviceToHost, s),
          "cudaMemcpyAsync");
     cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     r.wrong = *b.wrong_host;
+    if (!plan.shared) {
+      // Bit j of word j/32 is bit j%8 of byte j/8 (little-endian): the layout count_wrong_anywhere merges.
+      std::vector<std::uint8_t> bits(static_cast<std::size_t>((out_count + 7) / 8));
+      if (r.wrong != 0 && !bits.empty())
+        cuda(cudaMemcpyAsync(bits.data(), b.bitmap, bits.size(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync") &&
+            cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      r.wrong = count_wrong_anywhere(boot, bits);
+    }
   }
 
   // Gather every rank's samples, loop time and first error through the bootstrap.
@@ -271,20 +307,7 @@ row measure(bootstrap::in_process& boot, const config& cfg, rank_buffers& b, wor
   boot.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
   std::vector<double> loops(static_cast<std::size_t>(n));
   boot.all_gather(&loop_us, loops.data(), sizeof(double));
-  struct rank_status {
-    std::uint32_t state;
-    char why[492];
-  } st{static_cast<std::uint32_t>(first), {}};
-  std::snprintf(st.why, sizeof st.why, "%s", why.c_str());
-  std::vector<rank_status> statuses(static_cast<std::size_t>(n));
-  boot.all_gather(&st, statuses.data(), sizeof st);
-  for (int q = 0; q < n; ++q)  // report the root cause: a mismatch makes peers time out, so prefer it
-    if (statuses[q].state != 0 && (r.state == status::ok || (r.state != status::mismatch &&
-                                                             statuses[q].state == std::uint32_t(status::mismatch)))) {
-      r.state = static_cast<status>(statuses[q].state);
-      r.failed_rank = q;
-      r.error = statuses[q].why;
-    }
+  gather_verdict(boot, r, first, why);
   finish_row(r, all, n, samples, cfg.coll);
   for (double l : loops) r.loop_us = std::max(r.loop_us, l);
   return r;
@@ -314,30 +337,20 @@ void preload_kernels() {
   load(flip_bit);
 }
 
-template <class Transport>
-void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vector<row>& rows) {
+/// One rank's sweep over a communicator every rank has built (gpu::communicator or gpu::selected_communicator):
+/// per type and size, one row per algorithm of cfg labelled `impl`, then `extra(T*, size, seed, emit)` (NCCL's
+/// rows beside the library's). Rank 0 prints each row; rows are kept on rank 0, or on every rank when
+/// `rows_on_every_rank` (one process per rank). Stops on every rank at the first failed row.
+template <class Comm, class Boot, class Extra>
+void gpu_sweep(Comm& comm, Boot& boot, const config& cfg, rank_buffers& b, const check_plan& plan,
+               std::vector<row>& rows, bool rows_on_every_rank, const char* impl, Extra&& extra) {
   const int me = boot.rank(), n = boot.size();
-  ROCENANTE_CUDA_CHECK(cudaSetDevice(w.device[me]));
-  options o = gpu::default_options();
-  o.capacity_bytes = capacity_for(cfg);
-  o.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
-  if (cfg.max_parts > 0) o.max_parts = static_cast<std::uint32_t>(cfg.max_parts);
-  gpu::communicator<Transport> comm(boot, o);
-  const std::uint64_t cap = capacity_for(cfg);
-  const std::uint64_t out_bytes = cfg.coll == collective_kind::all_gather ? cap * n : cap;
-  rank_buffers b(cap, out_bytes, std::max(cfg.iters, cfg.graph_launches));
-  preload_kernels<typename gpu::communicator<Transport>::handle_type>();
-  w.outs.p[me] = b.out;
-  boot.barrier();  // set-up ends: from here on no device-synchronising call until the last barrier
-
   auto lib_health = [&](std::string& why) {
     const auto h = comm.check_health();
     if (h.ok()) return status::ok;
     why = h.message;
     return h.state;
   };
-  auto no_health = [](std::string&) { return status::ok; };
-
   const auto sizes = sweep_sizes(cfg);
   std::uint64_t seed = 1;
   bool stop = false;
@@ -349,8 +362,11 @@ void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vec
         auto emit = [&](row r) {
           if (me == 0) {
             print_row(r, cfg.coll);
-            rows.push_back(r);
+            if (rows_on_every_rank)  // one rank per process: each rank's own message
+              for (std::size_t q = 0; q < r.rank_errors.size(); ++q)
+                if (!r.rank_errors[q].empty()) std::printf("#   rank %zu: %s\n", q, r.rank_errors[q].c_str());
           }
+          if (me == 0 || rows_on_every_rank) rows.push_back(r);
           if (r.state != status::ok) stop = true;  // every rank saw the same gathered status
         };
         for (algo a : cfg.algos) {
@@ -360,37 +376,22 @@ void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vec
             return [&](const T* in, T* out, std::uint64_t count, cudaStream_t s, std::string& why) {
               status st;
               if (cfg.coll == collective_kind::all_gather) {
-                if constexpr (A::supports_all_gather) st = comm.template all_gather<A>(in, out, count, s);
+                if constexpr (A::supports_all_gather) st = comm.all_gather(in, out, count, s);
                 else st = status::not_supported;
               } else {
-                st = comm.template all_reduce<A>(in, out, count, s);
+                st = comm.all_reduce(in, out, count, s, A{});
               }
               if (st != status::ok) why = comm.last_error();
               return st;
             };
           };
-          row r = a == algo::ring ? measure<T>(boot, cfg, b, w, size, seed, lib_call(algorithm::ring{}), lib_health)
-                                  : measure<T>(boot, cfg, b, w, size, seed, lib_call(algorithm::one_shot{}), lib_health);
+          row r = a == algo::ring ? measure<T>(boot, cfg, b, plan, size, seed, lib_call(algorithm::ring{}), lib_health)
+                                  : measure<T>(boot, cfg, b, plan, size, seed, lib_call(algorithm::one_shot{}), lib_health);
           r.algorithm = a;
+          r.impl = impl;
           emit(r);
         }
-#if ROCENANTE_PERF_NCCL
-        if (w.nccl && !stop) {
-          ++seed;
-          auto nccl_call = [&](const T* in, T* out, std::uint64_t count, cudaStream_t s, std::string& why) {
-            const ncclResult_t e =
-                cfg.coll == collective_kind::all_gather
-                    ? w.lib->all_gather(in, out, count, nccl_type<T>(), w.comms[me], s)
-                    : w.lib->all_reduce(in, out, count, nccl_type<T>(), ncclSum, w.comms[me], s);
-            if (e == ncclSuccess) return status::ok;
-            why = std::string("NCCL rank ") + std::to_string(me) + ": " + w.lib->error_string(e);
-            return status::internal;
-          };
-          row r = measure<T>(boot, cfg, b, w, size, seed, nccl_call, no_health);
-          r.impl = "nccl";
-          emit(r);
-        }
-#endif
+        if (!stop) extra(static_cast<T*>(nullptr), size, seed, emit);
       };
       if (t == dtype::f32) run_type(static_cast<float*>(nullptr));
       else if (t == dtype::f16) run_type(static_cast<__half*>(nullptr));
@@ -401,7 +402,55 @@ void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vec
   }
   cudaStreamSynchronize(b.stream);
   boot.barrier();  // nobody frees a buffer a peer's kernel may still read
-  (void)no_health;
+}
+
+/// Options every GPU communicator of the run uses.
+options gpu_options(const config& cfg) {
+  options o = gpu::default_options();
+  o.capacity_bytes = capacity_for(cfg);
+  o.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
+  if (cfg.max_parts > 0) o.max_parts = static_cast<std::uint32_t>(cfg.max_parts);
+  return o;
+}
+
+/// Buffers of one rank for the run's largest row.
+std::unique_ptr<rank_buffers> make_buffers(const config& cfg, int n, bool with_bitmap) {
+  const std::uint64_t cap = capacity_for(cfg);
+  const std::uint64_t out_bytes = cfg.coll == collective_kind::all_gather ? cap * n : cap;
+  return std::make_unique<rank_buffers>(cap, out_bytes, std::max(cfg.iters, cfg.graph_launches), with_bitmap);
+}
+
+template <class Transport>
+void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vector<row>& rows) {
+  const int me = boot.rank(), n = boot.size();
+  ROCENANTE_CUDA_CHECK(cudaSetDevice(w.device[me]));
+  gpu::communicator<Transport> comm(boot, gpu_options(cfg));
+  auto b = make_buffers(cfg, n, false);
+  preload_kernels<typename gpu::communicator<Transport>::handle_type>();
+  w.outs.p[me] = b->out;
+  boot.barrier();  // set-up ends: from here on no device-synchronising call until the last barrier
+
+  auto nccl_rows = [&]<class T>(T*, std::uint64_t size, std::uint64_t& seed, auto&& emit) {
+#if ROCENANTE_PERF_NCCL
+    if (!w.nccl) return;
+    ++seed;
+    auto nccl_call = [&](const T* in, T* out, std::uint64_t count, cudaStream_t s, std::string& why) {
+      const ncclResult_t e = cfg.coll == collective_kind::all_gather
+                                 ? w.lib->all_gather(in, out, count, nccl_type<T>(), w.comms[me], s)
+                                 : w.lib->all_reduce(in, out, count, nccl_type<T>(), ncclSum, w.comms[me], s);
+      if (e == ncclSuccess) return status::ok;
+      why = std::string("NCCL rank ") + std::to_string(me) + ": " + w.lib->error_string(e);
+      return status::internal;
+    };
+    row r = measure<T>(boot, cfg, *b, check_plan{&w.outs, true}, size, seed, nccl_call,
+                       [](std::string&) { return status::ok; });
+    r.impl = "nccl";
+    emit(r);
+#else
+    (void)size, (void)seed, (void)emit;
+#endif
+  };
+  gpu_sweep(comm, boot, cfg, *b, check_plan{&w.outs, true}, rows, false, "rocenante", nccl_rows);
 }
 
 gpu_facts describe(int dev, const nvml& nv) {
@@ -433,6 +482,28 @@ gpu_facts describe(int dev, const nvml& nv) {
   return g;
 }
 
+/// The CUDA versions, the options every communicator uses and what a sample means, for the header and receipt.
+void runtime_facts(const config& cfg, run_facts& facts) {
+  const options o = gpu_options(cfg);
+  facts.max_parts = o.max_parts;
+  facts.min_part_bytes = o.min_part_bytes;
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  facts.cuda_runtime = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
+  facts.driver = "CUDA " + std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10) + " driver API";
+  facts.time_method =
+      cfg.graph_launches > 0
+          ? "CUDA graph (nccl-tests -G): the -n iterations captured in one graph per rank, launched once untimed and "
+            "then G times; a rank's sample = elapsed(event before the launch, event after) / n; row sample = slowest "
+            "rank; median and p99 (nearest rank) over the G samples. loop_us: host wall time of the G launches from a "
+            "barrier / (G*n), slowest rank (nccl-tests' figure)"
+          : "eager: a rank's sample = elapsed(CUDA event recorded before the launch, event after) on its own stream; "
+            "with the host ahead of the GPU this is one collective's GPU time including the wait for peers, not the "
+            "host launch cost; row sample = slowest rank; median and p99 (nearest rank) over -n samples. loop_us: host "
+            "wall time of the n launches from a barrier to stream synchronize / n, slowest rank (nccl-tests' figure)";
+}
+
 }  // namespace
 
 int gpu_count(std::string* why) {
@@ -452,20 +523,11 @@ void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts) {
   const int d = cfg.devices > 0 ? cfg.devices : std::min(cfg.ranks, visible);
   if (d > visible)
     throw config_error("--devices " + std::to_string(d) + " but only " + std::to_string(visible) + " GPU(s) are visible");
-  {
-    options o = gpu::default_options();
-    facts.max_parts = cfg.max_parts > 0 ? static_cast<std::uint32_t>(cfg.max_parts) : o.max_parts;
-    facts.min_part_bytes = o.min_part_bytes;
-  }
   world w;
   w.n = cfg.ranks;
   for (int r = 0; r < cfg.ranks; ++r) w.device.push_back(r % d);
   facts.rank_device = w.device;
-  int rt = 0, drv = 0;
-  cudaRuntimeGetVersion(&rt);
-  cudaDriverGetVersion(&drv);
-  facts.cuda_runtime = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
-  facts.driver = "CUDA " + std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10) + " driver API";
+  runtime_facts(cfg, facts);
   {
     nvml nv;
     for (int g = 0; g < d; ++g) facts.gpus.push_back(describe(g, nv));
@@ -510,39 +572,10 @@ void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts) {
   if (cfg.coll == collective_kind::all_gather && w.nccl)
     facts.notes.push_back("NCCL all-gather rows use ncclAllGather (rank-major output, as the library's)");
 
-  facts.time_method =
-      cfg.graph_launches > 0
-          ? "CUDA graph (nccl-tests -G): the -n iterations captured in one graph per rank, launched once untimed and "
-            "then G times; a rank's sample = elapsed(event before the launch, event after) / n; row sample = slowest "
-            "rank; median and p99 (nearest rank) over the G samples. loop_us: host wall time of the G launches from a "
-            "barrier / (G*n), slowest rank (nccl-tests' figure)"
-          : "eager: a rank's sample = elapsed(CUDA event recorded before the launch, event after) on its own stream; "
-            "with the host ahead of the GPU this is one collective's GPU time including the wait for peers, not the "
-            "host launch cost; row sample = slowest rank; median and p99 (nearest rank) over -n samples. loop_us: host "
-            "wall time of the n launches from a barrier to stream synchronize / n, slowest rank (nccl-tests' figure)";
-
-  for (const gpu_facts& g : facts.gpus) {
-    std::printf("# GPU %d: %s (sm_%d%d, %d SMs), %s, PCI %s\n", g.index, g.name.c_str(), g.sm_major, g.sm_minor, g.sms,
-                g.uuid.c_str(), g.pci_bus_id.c_str());
-    if (g.sm_clock_mhz >= 0)
-      std::printf("#   clocks: SM %d MHz (max %d), memory %d MHz (max %d), %s\n", g.sm_clock_mhz, g.sm_clock_max_mhz,
-                  g.mem_clock_mhz, g.mem_clock_max_mhz, g.clocks_source.c_str());
-    else
-      std::printf("#   clocks: %s\n", g.clocks_source.c_str());
-  }
   std::string placement;
   for (int r = 0; r < cfg.ranks; ++r) placement += " " + std::to_string(r) + ":" + std::to_string(w.device[r]);
-  std::printf("# ranks -> GPUs:%s (threads of this process, one stream each); CUDA runtime %s, %s\n",
-              placement.c_str(), facts.cuda_runtime.c_str(), facts.driver.c_str());
-  std::printf("# options: max_parts %u (CTAs per collective and rank, at most), min_part_bytes %llu, timeout %g s\n",
-              facts.max_parts, static_cast<unsigned long long>(facts.min_part_bytes), cfg.timeout_s);
-  std::printf("# NCCL: %s\n", facts.nccl_state.c_str());
-  std::printf("# time (us): %s\n#\n", cfg.graph_launches > 0
-                                          ? "per collective inside a CUDA graph of -n collectives, median over -G "
-                                            "launches of the slowest rank (raw samples, p99, loop_us: -J FILE)"
-                                          : "per collective, CUDA events on each rank's stream, median over -n of the "
-                                            "slowest rank (raw samples, p99, loop_us: -J FILE)");
-  print_columns();
+  print_gpu_header(cfg, facts, "# ranks -> GPUs:" + placement + " (threads of this process, one stream each); CUDA runtime " +
+                                   facts.cuda_runtime + ", " + facts.driver);
 
   const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(60.0, 6 * cfg.timeout_s) * 1e3));
   auto body = [&](bootstrap::in_process& boot) {
@@ -560,6 +593,50 @@ void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts) {
     if (c) lib->comm_destroy(c);
 #endif
   if (failed) std::rethrow_exception(failed);
+}
+
+std::string run_gpu_process(bootstrap::bootstrap_ref boot, const config& cfg, int local_rank, run_facts& facts,
+                            std::vector<row>& rows, const std::function<void(const process_ready&)>& ready) {
+  int visible = 0;
+  ROCENANTE_CUDA_CHECK(cudaGetDeviceCount(&visible));
+  const int dev = local_rank % visible;
+  ROCENANTE_CUDA_CHECK(cudaSetDevice(dev));
+  runtime_facts(cfg, facts);
+  {
+    nvml nv;
+    facts.gpus.push_back(describe(dev, nv));  // this rank's; rank 0's goes to the header
+  }
+  std::vector<int> devices(static_cast<std::size_t>(boot.size()));
+  boot.all_gather(&dev, devices.data(), sizeof dev);
+  facts.rank_device = devices;
+  facts.nccl_state = cfg.backend == backend_kind::gpu_nccl
+                         ? "the library's transport (--transport gpu_nccl): the rows are NCCL's, through the library"
+                         : "not beside the library with one rank per process: run --transport gpu_nccl for NCCL's rows";
+
+  host::select_config sel;
+  switch (cfg.backend) {  // forced: a failure on any rank fails every rank, never a fallback
+    case backend_kind::cuda_ipc: sel.transport = env::transport_choice::cuda_ipc; break;
+    case backend_kind::cuda_socket: sel.transport = env::transport_choice::socket; break;
+    case backend_kind::cuda_ibverbs: sel.transport = env::transport_choice::ibverbs; break;
+    case backend_kind::gpu_nccl: sel.transport = env::transport_choice::nccl; break;
+    default: break;  // gpu_auto: ROCENANTE_TRANSPORT, unset = auto
+  }
+  // Collective, bounded; throws on every rank alike when no transport is usable everywhere.
+  gpu::selected_communicator comm(boot, gpu_options(cfg), sel);
+  const bool nccl = comm.transport() == host::transport_kind::nccl;
+  config run = cfg;
+  if (nccl) run.algos = {algo::one_shot};  // NCCL picks its own algorithm: one row per size, labelled nccl
+  auto b = make_buffers(run, boot.size(), true);
+  preload_kernels<gpu::selected_communicator::ipc_comm::handle_type>();
+  preload_kernels<gpu::selected_communicator::socket_comm::handle_type>();
+  ready({host::to_string(comm.transport()), comm.selected().summary(),
+         "GPU " + std::to_string(dev) + " " + facts.gpus[0].name + " (PCI " + facts.gpus[0].pci_bus_id + ")"});
+  boot.barrier();  // set-up ends
+
+  auto no_extra = []<class T>(T*, std::uint64_t, std::uint64_t&, auto&&) {};
+  gpu_sweep(comm, boot, run, *b, check_plan{nullptr, false}, rows, true, nccl ? "nccl" : "rocenante", no_extra);
+  const host::health h = comm.check_health();
+  return h.ok() ? std::string() : h.message;
 }
 
 }  // namespace rocenante::perf

@@ -1,7 +1,7 @@
 // benchmarks/perf/host_sweep.hpp — the host executor's measurement, generic over the communicator and the
 // bootstrap: one row (warm-up, timed iterations after a barrier, the byte-exact check, every rank's samples and
 // verdict gathered through the bootstrap) and the whole sweep. Used by rocenante_perf.cpp (ranks as threads,
-// host::communicator<loopback>) and perf/mpi.cpp (one rank per process under mpirun, host::selected_communicator).
+// host::communicator<loopback>) and perf/process.cpp (one rank per process, host::selected_communicator).
 #pragma once
 
 #include <algorithm>
@@ -90,35 +90,8 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
   // multi-process backend works the same way).
   std::vector<double> all(static_cast<std::size_t>(n) * cfg.iters);
   boot.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
-  struct rank_status {
-    std::uint32_t state;
-    char why[492];
-  } st{static_cast<std::uint32_t>(first), {}};
-  std::snprintf(st.why, sizeof st.why, "%s", why.c_str());
-  std::vector<rank_status> statuses(static_cast<std::size_t>(n));
-  boot.all_gather(&st, statuses.data(), sizeof st);
-  // Report the root cause: a mismatch seen by one rank makes its peers time out waiting, so prefer it.
-  for (int q = 0; q < n; ++q)
-    if (statuses[q].state != 0 && (out_row.state == status::ok || (out_row.state != status::mismatch &&
-                                                                   statuses[q].state == std::uint32_t(status::mismatch)))) {
-      out_row.state = static_cast<status>(statuses[q].state);
-      out_row.failed_rank = q;
-      out_row.error = statuses[q].why;
-    }
-  if (out_row.state != status::ok)  // every rank's own first error: the root cause may sit on another rank
-    for (int q = 0; q < n; ++q)
-      out_row.rank_errors.push_back(statuses[q].state == 0 ? std::string()
-                                                           : std::string(to_string(static_cast<status>(statuses[q].state))) +
-                                                                 ": " + statuses[q].why);
-  if (cfg.check && !wrong_bits.empty()) {
-    std::vector<std::uint8_t> all_bits(wrong_bits.size() * n);
-    boot.all_gather(wrong_bits.data(), all_bits.data(), wrong_bits.size());
-    for (std::size_t b = 0; b < wrong_bits.size(); ++b) {
-      std::uint8_t any = 0;
-      for (int q = 0; q < n; ++q) any |= all_bits[q * wrong_bits.size() + b];
-      out_row.wrong += static_cast<std::uint64_t>(__builtin_popcount(any));
-    }
-  }
+  gather_verdict(boot, out_row, first, why);
+  if (cfg.check) out_row.wrong = count_wrong_anywhere(boot, wrong_bits);
 
   finish_row(out_row, all, n, cfg.iters, cfg.coll);
   return out_row;

@@ -1,13 +1,16 @@
 // benchmarks/perf/perf.hpp — what rocenante-perf's translation units share: the configuration parsed from the
 // command line, one result row, the data pattern and its check, and the statistics of a row. The host path
 // lives in rocenante_perf.cpp and perf/host_sweep.hpp; the GPU path (gpu::communicator and NCCL side by side) in
-// perf/gpu.cu, compiled only when nvcc is found; one rank per process under mpirun in perf/mpi.cpp, compiled only
-// when MPI is found.
+// perf/gpu.cu, compiled only when nvcc is found; one rank per process in perf/process.cpp, started by mpirun
+// (perf/mpi.cpp, compiled only when MPI is found) or by any launcher through bootstrap::tcp (torchrun, srun, a
+// shell loop).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include <rocenante/core/status.hpp>
 #include <rocenante/reduce/sum.hpp>
 #include <rocenante/algorithm/concepts.hpp>
+#include <rocenante/bootstrap/concepts.hpp>
 
 namespace rocenante::perf {
 
@@ -23,10 +27,20 @@ using algorithm::algo;
 enum class collective_kind { all_reduce, all_gather };
 
 /// The backend that runs the rows. `host` is the CPU host executor (ranks are CPU threads); cuda_loopback and
-/// cuda_proxy run gpu::communicator ranks as threads of this process, each rank on its own stream. `ibverbs` and
-/// `automatic` run one rank per process under mpirun (host executor, host::selected_communicator): ibverbs forced,
-/// or the start-up selection (ROCENANTE_TRANSPORT from the environment, unset = auto).
-enum class backend_kind { host, cuda_loopback, cuda_proxy, ibverbs, automatic };
+/// cuda_proxy run gpu::communicator ranks as threads of this process, each rank on its own stream.
+/// One rank per process: `ibverbs`, `socket` and `automatic` run the host executor (host::selected_communicator):
+/// that transport forced, or the start-up selection (ROCENANTE_TRANSPORT from the environment, unset = auto);
+/// `gpu_auto`, `cuda_ipc`, `cuda_socket`, `cuda_ibverbs` and `gpu_nccl` run the GPU executor
+/// (gpu::selected_communicator), the start-up selection or that transport forced.
+enum class backend_kind {
+  host, cuda_loopback, cuda_proxy,                   // ranks as threads
+  ibverbs, socket, automatic,                         // one rank per process, host executor
+  gpu_auto, cuda_ipc, cuda_socket, cuda_ibverbs, gpu_nccl  // one rank per process, GPU executor
+};
+
+/// How the ranks were started: as threads of this process, or one per process by mpirun (bootstrap::mpi) or by
+/// another launcher whose variables bootstrap::tcp reads (torchrun, srun, a shell loop).
+enum class launch_kind { threads, mpirun, tcp };
 
 /// How NCCL is run beside the library: `automatic` runs it where it can run (one rank per GPU, NCCL loadable).
 enum class nccl_mode { automatic, on, off };
@@ -42,12 +56,20 @@ inline const char* to_string(backend_kind b) {
     case backend_kind::cuda_loopback: return "cuda_loopback";
     case backend_kind::cuda_proxy: return "cuda_proxy";
     case backend_kind::ibverbs: return "ibverbs";
+    case backend_kind::socket: return "socket";
     case backend_kind::automatic: return "auto";
+    case backend_kind::gpu_auto: return "gpu_auto";
+    case backend_kind::cuda_ipc: return "cuda_ipc";
+    case backend_kind::cuda_socket: return "cuda_socket";
+    case backend_kind::cuda_ibverbs: return "cuda_ibverbs";
+    case backend_kind::gpu_nccl: return "gpu_nccl";
   }
   return "?";
 }
-/// Whether the backend runs one rank per process (under mpirun).
-inline bool per_process(backend_kind b) { return b == backend_kind::ibverbs || b == backend_kind::automatic; }
+/// Whether the backend runs one rank per process (mpirun or bootstrap::tcp).
+inline bool per_process(backend_kind b) { return b >= backend_kind::ibverbs; }
+/// Whether it runs the GPU executor with one rank per process.
+inline bool gpu_per_process(backend_kind b) { return b >= backend_kind::gpu_auto; }
 inline const char* algo_name(algo a) { return a == algo::ring ? "ring" : "one_shot"; }
 
 struct config {
@@ -64,8 +86,9 @@ struct config {
   collective_kind coll = collective_kind::all_reduce;
   int ranks = 4;
   bool ranks_given = false;
-  bool mpi = false;  // one rank per process: --mpi, or an MPI launcher's variables in the environment
-  std::string mpi_why;  // what made it an MPI run ("--mpi", "OMPI_COMM_WORLD_SIZE=4", ...)
+  launch_kind launch = launch_kind::threads;
+  std::string launch_why;   // what chose it: "--mpi", "OMPI_COMM_WORLD_SIZE=4", "ROCENANTE_BOOTSTRAP=node0:29600", ...
+  std::string launcher;     // tcp: whose rank variables ("torchrun", "srun", "ROCENANTE_RANK", ...)
   bool transport_given = false;
   backend_kind backend = backend_kind::host;
   std::string transport_arg;  // as typed
@@ -120,13 +143,13 @@ struct run_facts {
   std::uint32_t max_parts = 0;       // GPU: options::max_parts every communicator used (CTAs per collective, at most)
   std::uint64_t min_part_bytes = 0;  // GPU: options::min_part_bytes
   std::vector<std::string> notes;
-  // One rank per process (perf/mpi.cpp); empty otherwise.
-  std::string launch = "threads";  // "threads" (ranks are threads of this process) or "mpirun"
-  std::string transport;           // the transport the start-up selection chose ("ibverbs", "loopback")
-  std::string selection;           // its decision line (host::selection::summary())
-  std::string mpi_library;         // MPI_Get_library_version, first line
+  // One rank per process (perf/process.cpp); empty otherwise.
+  std::string launch = "threads";  // "threads", "mpirun" or "tcp (torchrun)" etc.
+  std::string transport;           // the transport the start-up selection chose ("ibverbs", "socket", "cuda_ipc")
+  std::string selection;           // its decision line (selection::summary())
+  std::string launch_detail;       // mpirun: MPI_Get_library_version, first line; tcp: rank 0's address and source
   std::vector<std::string> rank_hosts;    // per rank: "host pid N"
-  std::vector<std::string> rank_devices;  // per rank: the RDMA devices its transport uses (ibverbs), or ""
+  std::vector<std::string> rank_devices;  // per rank: its GPU and/or the RDMA devices its transport uses, or ""
   std::vector<std::string> environment;   // rank 0's ROCENANTE_* variables (NAME=value)
 };
 
@@ -196,6 +219,57 @@ inline void finish_row(row& r, const std::vector<double>& all, int n, int sample
   }
 }
 
+/// Gathers every rank's first failure (status and message) into `r`, the same on every rank: the row's state is
+/// the root cause (a mismatch seen by one rank makes its peers time out waiting, so a mismatch wins), and when the
+/// row failed, rank_errors holds every rank's own "<status>: <message>" ("" where that rank saw none).
+template <class Boot>
+void gather_verdict(Boot& boot, row& r, status first, const std::string& why) {
+  const int n = boot.size();
+  struct rank_status {
+    std::uint32_t state;
+    char why[492];
+  } st{static_cast<std::uint32_t>(first), {}};
+  std::snprintf(st.why, sizeof st.why, "%s", why.c_str());
+  std::vector<rank_status> statuses(static_cast<std::size_t>(n));
+  boot.all_gather(&st, statuses.data(), sizeof st);
+  for (int q = 0; q < n; ++q)
+    if (statuses[q].state != 0 && (r.state == status::ok || (r.state != status::mismatch &&
+                                                             statuses[q].state == std::uint32_t(status::mismatch)))) {
+      r.state = static_cast<status>(statuses[q].state);
+      r.failed_rank = q;
+      r.error = statuses[q].why;
+    }
+  if (r.state != status::ok)
+    for (int q = 0; q < n; ++q)
+      r.rank_errors.push_back(statuses[q].state == 0 ? std::string()
+                                                     : std::string(to_string(static_cast<status>(statuses[q].state))) +
+                                                           ": " + statuses[q].why);
+}
+
+/// `bits`: bit j (byte j/8, bit j%8) set when this rank's output element j is wrong. Returns the number of
+/// elements wrong on any rank, the same on every rank (every rank calls with bitmaps of one length). The counts
+/// are exchanged first, so a clean row moves no bitmap.
+template <class Boot>
+std::uint64_t count_wrong_anywhere(Boot& boot, const std::vector<std::uint8_t>& bits) {
+  const int n = boot.size();
+  std::uint64_t mine = 0;
+  for (std::uint8_t b : bits) mine += static_cast<std::uint64_t>(__builtin_popcount(b));
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(n));
+  boot.all_gather(&mine, counts.data(), sizeof mine);
+  bool any = false;
+  for (std::uint64_t c : counts) any = any || c != 0;
+  if (!any || bits.empty()) return 0;
+  std::vector<std::uint8_t> all(bits.size() * static_cast<std::size_t>(n));
+  boot.all_gather(bits.data(), all.data(), bits.size());
+  std::uint64_t wrong = 0;
+  for (std::size_t b = 0; b < bits.size(); ++b) {
+    std::uint8_t merged = 0;
+    for (int q = 0; q < n; ++q) merged |= all[q * bits.size() + b];
+    wrong += static_cast<std::uint64_t>(__builtin_popcount(merged));
+  }
+  return wrong;
+}
+
 /// One line of the table; `p99` adds the p99 column after `time` (one rank per process only).
 void print_row(const row& r, collective_kind c, bool p99 = false);
 /// The two column-header lines of the table.
@@ -213,17 +287,37 @@ struct provenance {
 provenance read_provenance();
 /// "# commit ..., host ..., date" and "# minBytes ... maxBytes ..." lines of the header.
 void print_provenance_and_sweep(const config& cfg, const provenance& p);
+/// The GPU path's header lines after the first: each GPU in facts.gpus with its clocks, then `placement` (a line
+/// of its own, when not empty), the options, NCCL's state, what `time` means, and the column header.
+void print_gpu_header(const config& cfg, const run_facts& facts, const std::string& placement);
 /// Prints the trailer ("# Out of bounds values : N OK|FAILED", average bus bandwidth), writes the JSON receipt
 /// when -J was given; returns the exit status (0 passed, 1 otherwise). `print`: this process prints (rank 0).
 int finish_run(int argc, char** argv, const config& cfg, const provenance& p, const run_facts& facts,
                const std::vector<row>& rows, bool crashed, bool print);
 
+// ---- one rank per process (perf/process.cpp), whichever launcher started it --------------------------------
+
+/// What the launcher adds to a rank-process's run.
+struct process_launch {
+  std::string name;    // "mpirun", "tcp (torchrun)", ...
+  std::string detail;  // the MPI library, or rank 0's address and where it came from
+  std::string barrier; // what every rank enters before each timed call, for the header and receipt
+  /// Called on a rank whose set-up or sweep threw, after its message is printed: MPI_Abort under mpirun (a rank
+  /// alone in an exchange would wait forever); empty for bootstrap::tcp, whose every wait is bounded and whose
+  /// peers see this process's connection close.
+  void (*abort)() = nullptr;
+};
+/// The whole run of one rank-process over a bootstrap every rank has built: set-up of the executor the backend
+/// names, rank 0's header and table, the sweep (a bootstrap barrier before each timed call), the receipt. Every
+/// rank calls; returns the exit status, the same on every rank (77 on every rank when a GPU backend is asked for
+/// and some rank has no GPU).
+int run_processes(bootstrap::bootstrap_ref boot, int argc, char** argv, config cfg, const process_launch& how);
+
 // ---- one rank per process under mpirun (perf/mpi.cpp); declared always, defined only in builds with MPI ---------
 
-/// Empty when this build can run one rank per process; else why not.
+/// Empty when this build can run under mpirun with bootstrap::mpi; else why not.
 std::string mpi_unavailable();
-/// The whole run of one rank-process: MPI_Init, set-up, sweep, rank 0's table and receipt, MPI_Finalize. Returns
-/// the exit status, the same on every rank.
+/// MPI_Init, bootstrap::mpi, run_processes, MPI_Finalize. Returns the exit status, the same on every rank.
 int run_mpi(int argc, char** argv, config cfg);
 
 // ---- the GPU path (perf/gpu.cu); declared always, defined only in builds with nvcc --------------------------
@@ -232,5 +326,15 @@ int run_mpi(int argc, char** argv, config cfg);
 int gpu_count(std::string* why);
 /// Runs the whole sweep on the GPU backend in cfg (rows in order; NCCL rows beside the library's).
 void run_gpu(const config& cfg, std::vector<row>& rows, run_facts& facts);
+/// What a rank-process's executor tells the runner once its communicator is built (collective: every rank calls
+/// it once, before the sweep; the runner prints the header there).
+struct process_ready {
+  std::string transport, selection;  // the start-up decision
+  std::string device;                // this rank's GPU and/or RDMA devices, "" when none
+};
+/// One rank-process of the GPU executor (gpu::selected_communicator on GPU `local_rank` mod device count): set-up,
+/// `ready`, the sweep with rows on every rank. Returns this rank's failure text after the sweep ("" when healthy).
+std::string run_gpu_process(bootstrap::bootstrap_ref boot, const config& cfg, int local_rank, run_facts& facts,
+                            std::vector<row>& rows, const std::function<void(const process_ready&)>& ready);
 
 }  // namespace rocenante::perf

@@ -1,5 +1,6 @@
 // config.hpp — compile-time configuration shared by host and device code: the
 // host/device annotation macros, the library version and hard limits.
+// Comments across the headers cite hazards as Hn: the numbered list in docs/design.md §9.
 #pragma once
 
 #include <cstdint>
@@ -44,14 +45,14 @@
 /// Whether the decode-size all-reduce (one_shot::all_reduce_small) loads a plain input (16-byte aligned, whole
 /// packets) with one 16-byte load issued before enter()'s epoch and poison loads and not waited for until the
 /// staging (1), or through load_user, whose branch made the fixed-rank kernels wait for the input before enter()'s
-/// loads (0). The same bytes either way. 1 is the default: measured side by side on the H200 (tools/gpu/s11-run.sh,
+/// loads (0). The same bytes either way. 1 is the default: measured side by side on the H200 (run s11,
 /// docs/results/h200-2026-12-05/s11-0c4216e), it took 0.04 us off 8 and 48 KiB at 4 ranks. One value per program.
 #ifndef ROCENANTE_SMALL_EARLY_INPUT
 #define ROCENANTE_SMALL_EARLY_INPUT 1
 #endif
 
 /// Whether detail::held() makes values opaque to the compiler (1, the default: measured side by side on the H200 with
-/// early input, tools/gpu/s11-run.sh, docs/results/h200-2026-12-05/s11-0c4216e) or returns them unchanged (0).
+/// early input, docs/results/h200-2026-12-05/s11-0c4216e) or returns them unchanged (0).
 /// ptxas recomputes cheap values from a kernel's parameters where they are used, to save registers: in the
 /// decode-size all-reduce that put the reduce's source addresses (27 instructions, a constant-bank load among them)
 /// between the barrier after the wait and the first load, and the call signature's hash (11 dependent instructions)
@@ -65,7 +66,7 @@ namespace rocenante::detail {
 /// `v` behind an empty asm that "changes" it when ROCENANTE_SMALL_HOLD_ADDRESSES is 1, otherwise `v` itself. The
 /// compiler's front end (NVVM) then computes it where this call stands and cannot sink or recompute it past this
 /// point; ptxas, which sees no instruction there, may still rematerialize it. What it changed is read in the SASS
-/// (design.md §1.4), what it saves on the H200 (tools/gpu/s11-run.sh).
+/// (design.md §1.4), what it saves on the H200 (docs/results/h200-2026-12-05/s11-0c4216e).
 template <class T>
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE T held(T v) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "held() keeps 32- or 64-bit values (offsets, pointers, words)");
@@ -86,7 +87,7 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE T held(T v) {
 namespace rocenante {
 
 /// Library version packed as major*10000 + minor*100 + patch; published at set-up so that ranks built
-/// from different versions refuse to talk to each other (HAZARDS #8).
+/// from different versions refuse to talk to each other (hazard H8).
 inline constexpr std::uint32_t version =
     ROCENANTE_VERSION_MAJOR * 10000u + ROCENANTE_VERSION_MINOR * 100u + ROCENANTE_VERSION_PATCH;
 
@@ -113,7 +114,7 @@ inline constexpr std::uint64_t ll_max_bytes = 64 * 1024;
 /// CTAs per rank (s5e-0f5442b, programmatic launch on) LL at 4 ranks: 48 KiB 4.46 us vs 4.24 us, 8 KiB 3.96 vs 4.15 us.
 /// With the decode-size kernel and every poll's loads issued together (s7c-6003473): 4 ranks 4.39 vs 3.60 us at
 /// 48 KiB, 4.09 vs 3.45 us at 8 KiB — still slower.
-/// ROCENANTE_LL_MAX_RANKS overrides it for tuning experiments (tools/gpu/s5e-run.sh), on the compiler's command
+/// ROCENANTE_LL_MAX_RANKS overrides it for tuning experiments (tools/gpu/run.sh --variant), on the compiler's command
 /// line (one value per program). It selects the protocol: ranks built with different values fail each call
 /// that one takes on the LL path and the other not, with status::mismatch (protocol::ll_word_signature).
 #ifndef ROCENANTE_LL_MAX_RANKS

@@ -11,6 +11,7 @@ struct reduction_without_accum_type {  // CASE 1
   using value_type = float;
   static constexpr const char* name = "x";
   static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce::reduce_op op_id = reduce::reduce_op::sum;
   static constexpr bool block_scaled = false, lossy_per_hop = false;
 };
 

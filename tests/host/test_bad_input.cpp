@@ -57,11 +57,11 @@ struct divergent_result {
   std::string error;
 };
 
-template <class Call>
+template <class Comm = comm_t, class Call>
 std::vector<divergent_result> run_divergent(int n, const options& o, Call call) {
   std::vector<divergent_result> res(n);
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    comm_t comm(b, o);
+    Comm comm(b, o);
     const int r = b.rank();
     std::vector<float> warm(64, 1.0f), warm_out(64);
     if (comm.all_reduce(warm.data(), warm_out.data(), warm.size()) != status::ok) return;
@@ -91,6 +91,10 @@ void check_reported_as_mismatch_everywhere(const std::vector<divergent_result>& 
     CHECK(res[r].first_seconds < 2.0);
     CHECK(res[r].health.state == status::mismatch);
     CHECK(contains(res[r].health.message, "different collective"));
+    // Named as the culprit in a peer's abort, a rank names the peer that saw the difference, never itself.
+    const std::string self = "rank " + std::to_string(r);
+    CHECK_FALSE(contains(res[r].health.message, self + ": " + self + " entered"));
+    CHECK(contains(res[r].health.message, "this rank called "));
     CHECK(res[r].next == status::poisoned);
     CHECK(res[r].next_seconds < 0.1);
   }
@@ -502,6 +506,73 @@ TEST_SUITE("host.mismatch") {
     });
     check_never_a_wrong_answer(res);
     check_reported_as_mismatch_everywhere(res);
+  }
+}
+
+namespace {
+
+/// A second operator, for tests only: the maximum, with its own operator id on the wire.
+struct test_max : reduce::sum<float> {
+  static constexpr const char* name = "fp32-max (test)";
+  static constexpr reduce::reduce_op op_id = reduce::reduce_op::max;
+  static constexpr float combine(float a, float b) { return a > b ? a : b; }
+};
+static_assert(reduce::check_reduction<test_max>());
+
+/// The host communicator with an all-reduce over any reduction, built the way communicator::all_reduce builds
+/// its call (signature from the reduction's dtype and operator, the same part count).
+struct op_comm : comm_t {
+  using comm_t::comm_t;
+  template <class R>
+  status all_reduce_with(const float* in, float* out, std::size_t count) {
+    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                       static_cast<std::uint32_t>(one_shot::id),
+                                                       static_cast<std::uint32_t>(R::dtype_id),
+                                                       static_cast<std::uint32_t>(R::op_id), count);
+    const std::uint32_t parts = algorithm::part_count(protocol::ceil_div(count, reduce::lanes<R>),
+                                                      protocol::ceil_div(this->opts().min_part_bytes, packet_bytes), this->opts().max_parts);
+    return this->run_parts(sig, parts, [&](auto& s) { return one_shot::all_reduce<R>(s, in, out, count, parts); });
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("host.mismatch") {
+  TEST_CASE("max on one rank and sum on the others is a mismatch naming both operators, never a wrong answer") {
+    std::vector<float> in(256, 1.0f);
+    std::vector<std::vector<float>> out(3, std::vector<float>(256));
+    const auto res = run_divergent<op_comm>(3, mismatch_options(), [&](op_comm& comm, int r) {
+      return r == 1 ? comm.all_reduce_with<test_max>(in.data(), out[r].data(), 64)
+                    : comm.all_reduce_with<reduce::sum<float>>(in.data(), out[r].data(), 64);
+    });
+    check_never_a_wrong_answer(res);
+    check_reported_as_mismatch_everywhere(res);
+    CHECK(contains(res[1].health.message, "this rank called all_reduce(one_shot, float, max, count 64)"));
+    CHECK(contains(res[0].health.message, "this rank called all_reduce(one_shot, float, sum, count 64)"));
+    // The rank that detected the mismatch first (there always is one: the others may learn it from its abort)
+    // names both calls, with both operators.
+    bool both_named = false;
+    for (int r = 0; r < 3; ++r)
+      both_named = both_named || (contains(res[r].health.message, "float, max, count 64") &&
+                                  contains(res[r].health.message, "float, sum, count 64"));
+    INFO(res[0].health.message, " | ", res[1].health.message, " | ", res[2].health.message);
+    CHECK(both_named);
+  }
+
+  TEST_CASE("the same operator on every rank is served: the operator id alone changes nothing") {
+    std::vector<float> in(64);
+    std::vector<std::vector<float>> out(3, std::vector<float>(64));
+    std::vector<status> st(3, status::internal);
+    host::spawn_ranks(3, [&](bootstrap::in_process& b) {
+      op_comm comm(b, mismatch_options());
+      std::vector<float> mine(64);
+      for (int i = 0; i < 64; ++i) mine[i] = static_cast<float>((i + b.rank()) % 5);
+      st[b.rank()] = comm.all_reduce_with<test_max>(mine.data(), out[b.rank()].data(), 64);
+    });
+    for (int r = 0; r < 3; ++r) {
+      CHECK(st[r] == status::ok);
+      for (int i = 0; i < 64; ++i) CHECK(out[r][i] == static_cast<float>(std::max({i % 5, (i + 1) % 5, (i + 2) % 5})));
+    }
   }
 }
 

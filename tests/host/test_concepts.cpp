@@ -23,6 +23,7 @@ struct reduction_ok {
   using accum_type = float;
   static constexpr const char* name = "mock";
   static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce::reduce_op op_id = reduce::reduce_op::sum;
   static constexpr bool block_scaled = false;
   static constexpr bool lossy_per_hop = false;
   static float to_accum(float v) { return v; }
@@ -37,6 +38,7 @@ struct reduction_no_combine {
   using accum_type = float;
   static constexpr const char* name = "mock";
   static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce::reduce_op op_id = reduce::reduce_op::sum;
   static constexpr bool block_scaled = false;
   static constexpr bool lossy_per_hop = false;
   static float to_accum(float v) { return v; }
@@ -47,6 +49,7 @@ struct reduction_no_traits {
   using accum_type = float;
   static constexpr const char* name = "mock";
   static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce::reduce_op op_id = reduce::reduce_op::sum;
   static constexpr bool block_scaled = false;
   static float to_accum(float v) { return v; }
   static float combine(float a, float b) { return a + b; }
@@ -54,6 +57,18 @@ struct reduction_no_traits {
 };
 struct reduction_no_accum_type {
   using value_type = float;
+  static constexpr const char* name = "mock";
+  static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce::reduce_op op_id = reduce::reduce_op::sum;
+  static constexpr bool block_scaled = false;
+  static constexpr bool lossy_per_hop = false;
+  static float to_accum(float v) { return v; }
+  static float combine(float a, float b) { return a + b; }
+  static float from_accum(float a) { return a; }
+};
+struct reduction_no_op {  // every member but the operator id its flags carry
+  using value_type = float;
+  using accum_type = float;
   static constexpr const char* name = "mock";
   static constexpr dtype dtype_id = dtype::f32;
   static constexpr bool block_scaled = false;
@@ -73,6 +88,7 @@ struct reduction_odd_size {  // sizeof(value_type) does not divide the 16-byte p
   using accum_type = float;
   static constexpr const char* name = "mock";
   static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce::reduce_op op_id = reduce::reduce_op::sum;
   static constexpr bool block_scaled = false;
   static constexpr bool lossy_per_hop = false;
   static float to_accum(three_bytes) { return 0; }
@@ -212,6 +228,7 @@ TEST_SUITE("host.concepts") {
     static_assert(!reduce::reduction<mock::reduction_no_combine>);
     static_assert(!reduce::reduction<mock::reduction_no_traits>);
     static_assert(!reduce::reduction<mock::reduction_no_accum_type>);
+    static_assert(!reduce::reduction<mock::reduction_no_op>);
     static_assert(!reduce::reduction<mock::reduction_wrong_combine>);
     static_assert(!reduce::reduction<mock::reduction_odd_size>);
     static_assert(!reduce::reduction<int>);
@@ -545,7 +562,7 @@ TEST_SUITE("host.flags") {
         for (std::uint32_t a = 0; a < 8; ++a)
           for (std::uint32_t d = 0; d < 8; ++d)
             for (std::uint64_t count : {1ull, 0xffffffull, 0x1000000ull, 0xffffffffffull}) {
-              const std::uint32_t sig = protocol::call_signature(c, a, d, count);
+              const std::uint32_t sig = protocol::call_signature(c, a, d, a % 8, count);
               const std::uint64_t f = protocol::make_flag(seq, sig);
               REQUIRE(protocol::flag_seq(f) == seq);
               REQUIRE(protocol::flag_signature(f) == sig);
@@ -555,20 +572,71 @@ TEST_SUITE("host.flags") {
     CHECK(protocol::flag_seq(protocol::flag_unset) == 0xffffffffu);  // why waiters must compare whole words
   }
 
-  TEST_CASE("call signatures differ when collective, algorithm, dtype or count differ") {
+  TEST_CASE("call signatures differ when collective, algorithm, dtype, operator or count differ") {
     std::set<std::uint32_t> seen;
     std::size_t calls = 0;
     for (collective c : {collective::all_reduce, collective::all_gather})
       for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring})
         for (dtype d : {dtype::f32, dtype::f16, dtype::bf16, dtype::nvfp4})
           for (std::uint64_t count : {1ull, 2ull, 7ull, 100ull, 200ull, 4099ull, 16384ull, 32768ull, 0xffffffull,
-                                      0x1000000ull, 0x1000001ull, 0x1000064ull, 0x2000000ull, 0x100000000ull}) {
-            seen.insert(protocol::call_signature(c, static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(d), count));
-            ++calls;
-          }
+                                      0x1fffffull, 0x200000ull, 0x200001ull, 0x1000000ull, 0x1000001ull, 0x1000064ull,
+                                      0x2000000ull, 0x100000000ull})
+            for (reduce::reduce_op op : {reduce::reduce_op::sum, reduce::reduce_op::max, reduce::reduce_op::min}) {
+              seen.insert(protocol::call_signature(c, static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(d),
+                                                   static_cast<std::uint32_t>(op), count));
+              ++calls;
+            }
     CHECK(seen.size() == calls);
-    // Counts below 2^24 are carried exactly.
-    for (std::uint64_t count = 1; count < (1u << 24); count = count * 3 + 1) CHECK(protocol::count_bits(count) == count);
+    // Counts below 2^21 are carried exactly, and every field reads back.
+    for (std::uint64_t count = 1; count < (1u << 21); count = count * 3 + 1) CHECK(protocol::count_bits(count) == count);
+    const std::uint32_t sig = protocol::call_signature(collective::all_reduce, 2, 3, 1, 1000);
+    CHECK(protocol::signature_collective(sig) == 1u);
+    CHECK(protocol::signature_algorithm(sig) == 2u);
+    CHECK(protocol::signature_dtype(sig) == 3u);
+    CHECK(protocol::signature_op(sig) == 1u);
+    CHECK(protocol::signature_count(sig) == 1000u);
+  }
+
+  TEST_CASE("abort signatures carry kind, suspect and reporter, and an unknown reporter reads back as -1") {
+    for (int suspect : {0, 3, max_ranks - 1})
+      for (int reporter : {-1, 0, 5, max_ranks - 1}) {
+        const std::uint32_t sig = protocol::abort_signature(2u, suspect, reporter);
+        CHECK(protocol::is_abort(sig));
+        CHECK(protocol::abort_kind(sig) == 2u);
+        CHECK(protocol::abort_rank(sig) == suspect);
+        CHECK(protocol::abort_reporter(sig) == reporter);
+      }
+  }
+
+  TEST_CASE("a mismatch message names both calls, and a relayed one never blames the rank that reports it") {
+    protocol::failure_record f{};
+    f.kind = static_cast<std::uint32_t>(protocol::failure_kind::mismatch);
+    f.peer = 0;
+    f.seq = 9;
+    f.expected = protocol::make_flag(9, protocol::call_signature(collective::all_reduce, 2, 3, 0, 1024));
+    f.observed = protocol::make_flag(9, protocol::call_signature(collective::all_gather, 1, 1, 0, 512));
+    f.reporter = 1;
+    const std::string direct = host::describe_failure(1, f);
+    CAPTURE(direct);
+    CHECK(rtest::contains(direct, "rank 1: rank 0 entered a different collective at sequence 9"));
+    CHECK(rtest::contains(direct, "this rank called all_reduce(ring, bfloat16, sum, count 1024)"));
+    CHECK(rtest::contains(direct, "rank 0 called all_gather(one_shot, float, count 512)"));
+    // Rank 0 learns it from rank 1's abort, which names rank 0 as the suspect and rank 1 as the detector.
+    f.relayed = 1;
+    f.peer = 0;
+    f.reporter = 1;
+    f.expected = f.observed;
+    f.observed = protocol::make_flag(9, protocol::abort_signature(2u, 0, 1));
+    const std::string relayed = host::describe_failure(0, f);
+    CAPTURE(relayed);
+    CHECK(rtest::contains(relayed, "rank 0: rank 1 entered a different collective at sequence 9 than this rank"));
+    CHECK(rtest::contains(relayed, "relayed by a peer"));
+    CHECK(rtest::contains(relayed, "this rank called all_gather(one_shot, float, count 512)"));
+    CHECK_FALSE(rtest::contains(relayed, "rank 0 entered"));
+    // A third rank names both sides.
+    const std::string third = host::describe_failure(2, f);
+    CAPTURE(third);
+    CHECK(rtest::contains(third, "rank 2: rank 0 entered a different collective at sequence 9 than rank 1"));
   }
 
   TEST_CASE("status and dtype names are printable") {

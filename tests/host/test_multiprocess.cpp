@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -28,114 +29,13 @@
 #include <rocenante/gpu/topology.hpp>
 #include <rocenante/host/select.hpp>
 
+#include "processes.hpp"
+
 using namespace rocenante;
+using rtest::all_output;
+using rtest::run_world;
 
 namespace {
-
-// ---- the parent: start ranks, wait for them, read what they printed ------------------------------------------
-
-struct rank_result {
-  int exit_code = -1;      ///< -1: killed by a signal or did not finish
-  int signal = 0;
-  double seconds = 0;      ///< from the start of the world to the exit
-  std::string out;         ///< what the rank printed (stdout and stderr)
-  /// The value of "key=value" on a line of its own in `out` (empty when absent).
-  std::string value(const std::string& key) const {
-    std::istringstream in(out);
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
-    return {};
-  }
-};
-
-/// A free TCP port on this machine (bound and released; another process could take it in between, which a test
-/// run would report as a bind error naming the port).
-std::uint16_t free_port() {
-  transport::sock::fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(f.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(f.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  return ntohs(a.sin_port);
-}
-
-/// Starts `started` of a world of `size` ranks running `scenario` (ranks 0..started-1), each with the common
-/// variables, ROCENANTE_RANK / ROCENANTE_WORLD_SIZE, and `per_rank(rank)`'s extra variables; waits at most
-/// `limit` for all of them, kills what is left, and returns each rank's exit and output.
-std::vector<rank_result> run_world(const std::string& scenario, int size, int started,
-                                   std::map<std::string, std::string> common,
-                                   const std::function<std::map<std::string, std::string>(int)>& per_rank = {},
-                                   std::chrono::seconds limit = std::chrono::seconds(120)) {
-  if (!common.count("ROCENANTE_BOOTSTRAP")) common["ROCENANTE_BOOTSTRAP"] = "127.0.0.1:" + std::to_string(free_port());
-  char self[4096] = {};
-  REQUIRE(::readlink("/proc/self/exe", self, sizeof self - 1) > 0);
-  const std::string dir = "/tmp/rocenante-mp-" + std::to_string(::getpid()) + "-" + scenario;
-  ::mkdir(dir.c_str(), 0700);
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < started; ++r) {
-    std::map<std::string, std::string> vars = common;
-    vars["ROCENANTE_RANK"] = std::to_string(r);
-    vars["ROCENANTE_WORLD_SIZE"] = std::to_string(size);
-    if (per_rank)
-      for (auto& [k, v] : per_rank(r)) vars[k] = v;
-    logs.push_back(dir + "/rank" + std::to_string(r) + ".log");
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const int f = ::open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(f, 1);
-      ::dup2(f, 2);
-      for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
-      // variables of a launcher that may surround this test would take precedence over nothing: clear them
-      for (const char* k : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
-                            "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"})
-        if (!vars.count(k)) ::unsetenv(k);
-      ::execl(self, self, "--rank", scenario.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<rank_result> res(static_cast<std::size_t>(started));
-  std::vector<bool> done(static_cast<std::size_t>(started), false);
-  int left = started;
-  while (left > 0 && std::chrono::steady_clock::now() - t0 < limit) {
-    for (int r = 0; r < started; ++r) {
-      if (done[r]) continue;
-      int st = 0;
-      if (::waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
-      done[r] = true;
-      --left;
-      res[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (WIFEXITED(st)) res[r].exit_code = WEXITSTATUS(st);
-      if (WIFSIGNALED(st)) res[r].signal = WTERMSIG(st);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (int r = 0; r < started; ++r) {
-    if (!done[r]) {
-      ::kill(pids[r], SIGKILL);
-      ::waitpid(pids[r], nullptr, 0);
-      res[r].out = "(did not finish within the test's limit)\n";
-    }
-    std::ifstream in(logs[r]);
-    res[r].out += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::remove(logs[r].c_str());
-  }
-  ::rmdir(dir.c_str());
-  return res;
-}
-
-std::string all_output(const std::vector<rank_result>& rs) {
-  std::string s;
-  for (std::size_t r = 0; r < rs.size(); ++r)
-    s += "--- rank " + std::to_string(r) + " (exit " + std::to_string(rs[r].exit_code) + ", signal " +
-         std::to_string(rs[r].signal) + ", " + std::to_string(rs[r].seconds) + " s):\n" + rs[r].out;
-  return s;
-}
 
 // ---- the ranks ------------------------------------------------------------------------------------------------
 
@@ -282,6 +182,53 @@ int rank_kill() {
   }
 }
 
+/// Recovery after a lost rank: rank 2 kills itself with SIGKILL after 50 collectives and the parent starts a
+/// replacement process for rank 2 at once. Each survivor sees the failure (named), tears its communicator down, and
+/// with the replacement builds generation 1: a new bootstrap on rank 0's port + 1 and a new communicator; then 1,000
+/// exact collectives of mixed sizes, dtypes and algorithms. Prints how long teardown and the rebuild took.
+int rank_recover() {
+  const bool replacement = std::getenv("ROCENANTE_REPLACEMENT") != nullptr;
+  bootstrap::tcp_config cfg = bootstrap::tcp_config_from_env();
+  options o;
+  o.capacity_bytes = 16 * 1024;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto failed_at = std::chrono::steady_clock::now();
+  if (!replacement) {
+    bootstrap::tcp boot(cfg);
+    auto c = std::make_unique<host::selected_communicator>(boot, o);
+    std::vector<float> in(512, 1.0f), out(512);
+    for (int k = 0;; ++k) {
+      if (c->rank() == 2 && k == 50) ::raise(SIGKILL);
+      if (c->all_reduce(in.data(), out.data(), in.size(), algorithm::one_shot{}) != status::ok) break;
+      if (k > 100000) return 1;
+    }
+    failed_at = std::chrono::steady_clock::now();
+    std::printf("failure=%s\n", c->check_health().message.c_str());
+    const auto t = std::chrono::steady_clock::now();
+    c.reset();  // teardown behind a dead peer
+    std::printf("close_seconds=%.3f\n", since(t));
+  }
+  cfg.port = static_cast<std::uint16_t>(cfg.port + 1);  // generation 1: a fresh bootstrap
+  bootstrap::tcp boot(cfg);
+  host::selected_communicator c(boot, o);
+  std::printf("rebuild_seconds=%.3f\ntransport=%s\n", since(failed_at), host::to_string(c.transport()));
+  std::mt19937 rng(7);
+  std::uint64_t hash = 1469598103934665603ull;
+  for (int k = 0; k < 1000; ++k) {
+    const std::size_t count = 1 + rng() % 3000;
+    const auto a = rng() % 2 ? algorithm::algo::ring : algorithm::algo::one_shot;
+    const std::string w = rng() % 2 ? one_call<float>(c, a, false, count, k, hash) : one_call<__nv_bfloat16>(c, a, false, count, k, hash);
+    if (!w.empty()) {
+      std::printf("failed=call %d after the rebuild: %s\n", k, w.c_str());
+      return 1;
+    }
+  }
+  std::printf("exact_after_rebuild=1000\nhash=%016llx\n", static_cast<unsigned long long>(hash));
+  return 0;
+}
+
 /// A DGX Spark cluster: every rank is CUDA device 0 of its own host (ROCENANTE_HOST_ID differs). The topology set-up
 /// computes must not count the world as sharing one GPU, and the co-residency bound of an 8-rank world of 16-CTA
 /// collectives on a 48-SM GB10 must hold (with ordinals as the identity it would be 8 x 16 = 128 CTAs on 48 SMs).
@@ -306,6 +253,7 @@ int rank_main(const std::string& scenario) {
     if (scenario == "collectives") return rank_collectives();
     if (scenario == "kill") return rank_kill();
     if (scenario == "spark") return rank_spark();
+    if (scenario == "recover") return rank_recover();
   } catch (const std::exception& e) {
     std::printf("exception=%s\n", e.what());
     return 2;
@@ -443,6 +391,29 @@ TEST_SUITE("host.multiprocess.collectives") {
       CHECK(std::stoi(rs[r].value("calls_ok").empty() ? "0" : rs[r].value("calls_ok")) >= 49);
       CHECK(rs[r].value("health").find("rank 2") != std::string::npos);
       CHECK(std::stod(rs[r].value("waited").empty() ? "99" : rs[r].value("waited")) < 2.0 + 1.0);
+    }
+  }
+}
+
+TEST_SUITE("host.multiprocess.recovery") {
+  TEST_CASE("rank 2 of 4 killed with SIGKILL, restarted: all four rebuild within 10 s and run 1,000 exact collectives") {
+    const auto rs = run_world("recover", 4, 4, {{"ROCENANTE_TIMEOUT_MS", "2000"}}, {}, std::chrono::seconds(120),
+                              [](int rank) { return rank == 2 ? std::string("recover") : std::string(); });
+    INFO(all_output(rs));
+    REQUIRE(rs.size() == 5);  // four first lives, then rank 2's replacement
+    CHECK(rs[2].signal == SIGKILL);
+    CHECK(rs[4].rank == 2);
+    CHECK(rs[4].replacement);
+    for (int i : {0, 1, 3, 4}) {
+      CAPTURE(i);
+      CHECK(rs[i].exit_code == 0);
+      CHECK(rs[i].value("exact_after_rebuild") == "1000");
+      CHECK(rs[i].value("hash") == rs[0].value("hash"));
+      CHECK(std::stod(rs[i].value("rebuild_seconds").empty() ? "99" : rs[i].value("rebuild_seconds")) < 10.0);
+      if (i != 4) {
+        CHECK(rs[i].value("failure").find("rank 2") != std::string::npos);
+        CHECK(std::stod(rs[i].value("close_seconds").empty() ? "99" : rs[i].value("close_seconds")) < 2.0);
+      }
     }
   }
 }

@@ -114,7 +114,7 @@ TEST_SUITE("host.select.env") {
 
   TEST_CASE("a bad value is an error naming the variable, the value and the accepted values") {
     CHECK(config_error_of({{"ROCENANTE_TRANSPORT", "tcp"}}) ==
-          "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, socket, nccl, loopback");
+          "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, cuda_ipc, socket, nccl, loopback");
     CHECK(config_error_of({{"ROCENANTE_ALGO", "tree"}}) == "ROCENANTE_ALGO='tree' is not one of auto, one_shot, ring");
     CHECK(config_error_of({{"ROCENANTE_DEBUG", "TRACE"}}) == "ROCENANTE_DEBUG='TRACE' is not one of NONE, WARN, INFO");
     CHECK(config_error_of({{"ROCENANTE_IB_GID_INDEX", "3x"}}) ==
@@ -519,3 +519,32 @@ TEST_SUITE("host.select.vote") {
     CHECK(v.rank == 3);
   }
 }
+
+#if ROCENANTE_HAS_IBVERBS
+TEST_SUITE("host.ibverbs_ordering") {
+  // The ibverbs transport's flags are read with no completion at the responder: a payload must be placed before
+  // its flag. ib::ordering_violation is what set-up checks (the constants at compile time, each created queue
+  // pair's type at start-up); here every way to break the order is refused with a message naming the cause.
+  TEST_CASE("the transport's own verbs set-up keeps RDMA writes in order") {
+    CHECK(transport::ib::ordering_violation(transport::ib::ordering) == nullptr);
+    CHECK((transport::ib::ordering.window_access & IBV_ACCESS_RELAXED_ORDERING) == 0);
+    CHECK(transport::ib::ordering.qp_type == IBV_QPT_RC);
+  }
+
+  TEST_CASE("relaxed ordering on the window, a queue pair that is not RC, or several per route are refused") {
+    using transport::ib::ordering_setup;
+    const int strict = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    const auto why = [](ordering_setup s) {
+      const char* w = transport::ib::ordering_violation(s);
+      return std::string(w ? w : "");
+    };
+    const auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
+    CHECK(contains(why({strict | IBV_ACCESS_RELAXED_ORDERING, IBV_QPT_RC, 1}), "IBV_ACCESS_RELAXED_ORDERING"));
+    CHECK(contains(why({IBV_ACCESS_LOCAL_WRITE, IBV_QPT_RC, 1}), "without IBV_ACCESS_REMOTE_WRITE"));
+    CHECK(contains(why({strict, IBV_QPT_UC, 1}), "not IBV_QPT_RC"));
+    CHECK(contains(why({strict, IBV_QPT_UD, 1}), "not IBV_QPT_RC"));
+    CHECK(contains(why({strict, IBV_QPT_RC, 2}), "must share one"));
+    CHECK(why({strict, IBV_QPT_RC, 1}).empty());
+  }
+}
+#endif

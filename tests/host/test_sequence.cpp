@@ -1,6 +1,7 @@
 // tests/host/test_sequence.cpp — sequence numbers across 2^31 and 2^32 (HAZARDS #3): collectives on both sides
-// of the boundary give exact results with both algorithms and all-gather, the slot keeps alternating, and
-// next_sequence() wraps modulo 2^32.
+// of the boundary give exact results with both algorithms and all-gather, the slot keeps alternating,
+// next_sequence() wraps modulo 2^32, and a flag word left unused for exactly 2^32 calls is not taken for the
+// current call's (session::finish clears such words at the wrap points).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -72,9 +73,79 @@ void run_across(std::uint32_t first, int n) {
   }
 }
 
+/// A communicator whose epoch the test can move. Jumping over a stretch of calls that holds no scrub point
+/// (session::scrub_point) and uses only part 0 stands in for running those calls: they would touch nothing else.
+struct epoch_comm : comm_t {
+  using comm_t::comm_t;
+  void jump_to(std::uint32_t seq) {
+    for (auto& e : this->state_.seq) e = seq;
+  }
+  protocol::rank_state* state() { return &this->state_; }
+};
+
 }  // namespace
 
 TEST_SUITE("host.sequence") {
+  TEST_CASE("a flag word unused for exactly 2^32 calls is not taken for the current call's") {
+    // Call A (3 parts) at sequence 2 leaves make_flag(2, A) in parts 1 and 2 of slot 0 of each window. Then only
+    // one-part calls run, for 2^32 calls: those at the wrap points are run for real, the stretches between them
+    // jumped. At sequence 2 + 2^32 (= 2) a wait for part 2 of the same call A must not accept the old word.
+    options o;
+    o.capacity_bytes = 8 * 1024;
+    o.max_parts = 3;
+    o.min_part_bytes = 64;
+    o.first_sequence = 2;
+    o.timeout_ns = 30'000'000'000ull;
+    constexpr std::size_t big = 1024, small = 4;  // floats: 256 packets (3 parts), 1 packet (1 part)
+    using R = reduce::sum<float>;
+    static_assert(algorithm::part_count(big / reduce::lanes<R>, 64 / packet_bytes, 3) == 3);
+    static_assert(algorithm::part_count(small / reduce::lanes<R>, 64 / packet_bytes, 3) == 1);
+    const std::uint32_t sig_a = protocol::call_signature(protocol::collective::all_reduce,
+                                                         static_cast<std::uint32_t>(one_shot::id),
+                                                         static_cast<std::uint32_t>(R::dtype_id),
+                                                         static_cast<std::uint32_t>(R::op_id), big);
+    std::vector<int> calls_ok(2, 0);
+    std::vector<std::uint64_t> word_before(2, 0);
+    bool accepted = true;
+    protocol::failure_record failure{};
+    host::spawn_ranks(2, [&](bootstrap::in_process& b) {
+      epoch_comm comm(b, o);
+      const int r = b.rank();
+      std::vector<float> in(big, 1.0f), out(big);
+      int good = comm.all_reduce<one_shot>(in.data(), out.data(), big) == status::ok && out[big - 1] == 2.0f;
+      // 2^31 - 3 calls skipped; then sequences 2^31 - 1, 2^31 (slot 0 cleared), 2^31 + 1 (slot 1 cleared).
+      b.barrier();
+      comm.jump_to(0x7fffffffu);
+      for (int k = 0; k < 3; ++k) good += comm.all_reduce<one_shot>(in.data(), out.data(), small) == status::ok;
+      // Skipped again up to 2^32 - 2; then 2^32 - 2, 2^32 - 1, 0 (slot 0 cleared) and 1 (slot 1 cleared).
+      b.barrier();
+      comm.jump_to(0xfffffffeu);
+      for (int k = 0; k < 4; ++k) good += comm.all_reduce<one_shot>(in.data(), out.data(), small) == status::ok;
+      calls_ok[r] = good;
+      b.barrier();
+      if (r != 0) return;
+      // Sequence 2 again: rank 1 does not call. Part 2 of call A waits for rank 1 on channel 1.
+      auto handle = comm.transport().handle();
+      word_before[r] = *handle.local_flag(comm.layout().flag_index(0, 2, 1));
+      protocol::host_team team;
+      protocol::wait_policy policy;
+      policy.timeout_ns = 200'000'000ull;
+      protocol::session<protocol::host_team, decltype(handle)> s(team, handle, comm.state(), policy, sig_a, 2);
+      REQUIRE(s.enter());
+      REQUIRE(s.seq() == 2u);
+      accepted = s.wait_one(1, 1);
+      failure = comm.check_health().failure;
+    });
+    CHECK(calls_ok[0] == 8);
+    CHECK(calls_ok[1] == 8);
+    INFO("flag word of slot 0, part 2, channel 1 before the wait: 0x" << std::hex << word_before[0]);
+    CHECK(word_before[0] != protocol::make_flag(2, sig_a));
+    CHECK_FALSE(accepted);
+    CHECK(failure.kind == static_cast<std::uint32_t>(protocol::failure_kind::timeout));
+    CHECK(failure.part == 2u);
+    CHECK(failure.seq == 2u);
+  }
+
   TEST_CASE("collectives across 2^31 (first sequence 0x7ffffffe) are exact with both algorithms") {
     run_across(0x7ffffffeu, 3);
     run_across(0x7ffffffeu, 4);

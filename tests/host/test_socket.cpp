@@ -414,7 +414,8 @@ TEST_SUITE("host.socket.select") {
           std::vector<host::transport_kind>{host::transport_kind::ibverbs, host::transport_kind::loopback,
                                             host::transport_kind::socket});
     CHECK(host::candidates(env::transport_choice::automatic, host::executor::gpu) ==
-          std::vector<host::transport_kind>{host::transport_kind::ibverbs, host::transport_kind::nccl});
+          std::vector<host::transport_kind>{host::transport_kind::cuda_ipc, host::transport_kind::ibverbs,
+                                            host::transport_kind::nccl});
     CHECK(host::candidates(env::transport_choice::socket, host::executor::host) ==
           std::vector<host::transport_kind>{host::transport_kind::socket});
   }

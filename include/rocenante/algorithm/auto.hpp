@@ -2,7 +2,7 @@
 // constexpr table of measured crossovers (plain aggregates, as CUB's tuning policies).
 //
 // The choice depends only on the byte count and the rank count, which every rank shares, so every rank picks the
-// same algorithm for the same call (HAZARDS #7). A caller can always force one by naming it.
+// same algorithm for the same call (hazard H7). A caller can always force one by naming it.
 //
 // THE ONLY TABLE TODAY IS AN H200 SINGLE-GPU TABLE: ranks were kernels on one H200 sharing its memory, so it says
 // where one_shot's n-fold read traffic starts to lose to ring's 2(n-1) steps on HBM, not on a network. RoCE

@@ -1,6 +1,6 @@
 // algorithm/partition.hpp — how a collective's packets are split into parts (one part per CTA on a GPU, a loop
 // iteration on the host). The split depends only on values every rank shares (count and configuration),
-// never on pointers or timing, so every rank cuts the data at the same places (HAZARDS #7).
+// never on pointers or timing, so every rank cuts the data at the same places (hazard H7).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ struct range {
 /// Packets each thread keeps in flight in copy and reduce loops: several independent 16-byte loads per thread
 /// hide memory latency on a GPU; on the host one is as good as four.
 /// ROCENANTE_DEVICE_UNROLL / ROCENANTE_DEVICE_REDUCE_UNROLL override the device values (tuning experiments:
-/// tools/gpu/s5b-run.sh builds a second benchmark binary with them, on the compiler's command line: one value per
+/// `tools/gpu/run.sh --variant` builds a second benchmark binary with them, on the compiler's command line: one value per
 /// program; they shape each thread's loop only, never the layout or the wire). Measured 2026-12-04: 8 / 4 made
 /// the 64 MiB one-shot 2x slower (docs/results/h200-2026-12-04/s5b-6382782).
 #ifndef ROCENANTE_DEVICE_UNROLL

@@ -1,7 +1,7 @@
 // core/env.hpp — the environment variables an operator reaches for, read in one place, NCCL style
 // (docs/environment.md has the table):
 //
-//   ROCENANTE_TRANSPORT     auto | ibverbs | socket | nccl | loopback  (default auto)
+//   ROCENANTE_TRANSPORT     auto | ibverbs | cuda_ipc | socket | nccl | loopback  (default auto)
 //   ROCENANTE_ALGO          auto | one_shot | ring                  (default auto)
 //   ROCENANTE_IB_HCA        RDMA devices, comma separated, each optionally ":port"  (read by the ibverbs
 //   ROCENANTE_IB_GID_INDEX  GID table index                          transport too: same grammar and ranges)
@@ -14,7 +14,7 @@
 //
 // Keywords are case-insensitive (as NCCL's). A bad value throws config_error naming the variable, the value and
 // the accepted values. Set-up code (host/select.hpp) reads them on every rank and exchanges the outcome, so a
-// bad value on one rank fails set-up on every rank instead of leaving the others waiting (HAZARDS #8).
+// bad value on one rank fails set-up on every rank instead of leaving the others waiting (hazard H8).
 // The other ROCENANTE_IB_* variables belong to the ibverbs transport alone (transport/ibverbs/device.hpp).
 // Host only.
 #pragma once
@@ -36,7 +36,7 @@ namespace rocenante::env {
 
 /// ROCENANTE_TRANSPORT: which transport set-up should use. `automatic` prefers RDMA and falls back, together on
 /// every rank; any other value is forced (its failure is an error, never a fallback).
-enum class transport_choice : std::uint8_t { automatic = 0, ibverbs = 1, nccl = 2, loopback = 3, socket = 4 };
+enum class transport_choice : std::uint8_t { automatic = 0, ibverbs = 1, nccl = 2, loopback = 3, socket = 4, cuda_ipc = 5 };
 /// ROCENANTE_ALGO: the algorithm of calls that do not name one. `automatic`: algorithm/auto.hpp's table.
 enum class algo_choice : std::uint8_t { automatic = 0, one_shot = 1, ring = 2 };
 
@@ -47,6 +47,7 @@ inline const char* to_string(transport_choice t) {
     case transport_choice::nccl: return "nccl";
     case transport_choice::loopback: return "loopback";
     case transport_choice::socket: return "socket";
+    case transport_choice::cuda_ipc: return "cuda_ipc";
   }
   return "?";
 }
@@ -215,7 +216,8 @@ struct settings {
       else if (k == "nccl") s.transport = transport_choice::nccl;
       else if (k == "loopback") s.transport = transport_choice::loopback;
       else if (k == "socket") s.transport = transport_choice::socket;
-      else throw config_error("ROCENANTE_TRANSPORT='" + *v + "' is not one of auto, ibverbs, socket, nccl, loopback");
+      else if (k == "cuda_ipc") s.transport = transport_choice::cuda_ipc;
+      else throw config_error("ROCENANTE_TRANSPORT='" + *v + "' is not one of auto, ibverbs, cuda_ipc, socket, nccl, loopback");
     }
     if (auto v = fetch("ROCENANTE_ALGO")) {
       const std::string k = detail::lower(*v);

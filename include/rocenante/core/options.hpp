@@ -1,5 +1,5 @@
 // core/options.hpp — what a communicator is configured with. Every rank must pass the same values: they are
-// exchanged at set-up and any difference fails set-up on every rank, naming the field (HAZARDS #8).
+// exchanged at set-up and any difference fails set-up on every rank, naming the field (hazard H8).
 #pragma once
 
 #include <cstdint>

@@ -85,7 +85,8 @@ class block_all_reduce {
   ROCENANTE_DEVICE protocol::session<block_team, Handle> make_session(context<Handle>& ctx, std::uint64_t count, std::uint32_t part) {
     const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
                                                        static_cast<std::uint32_t>(Algorithm::id),
-                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
+                                                       static_cast<std::uint32_t>(Reduction::dtype_id),
+                                                       static_cast<std::uint32_t>(Reduction::op_id), count);
     return protocol::session<block_team, Handle>(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
   }
 
@@ -105,7 +106,8 @@ class block_all_gather {
                             std::uint32_t part, std::uint32_t parts) {
     const std::uint32_t sig = protocol::call_signature(protocol::collective::all_gather,
                                                        static_cast<std::uint32_t>(Algorithm::id),
-                                                       static_cast<std::uint32_t>(Reduction::dtype_id), count);
+                                                       static_cast<std::uint32_t>(Reduction::dtype_id),
+                                                       static_cast<std::uint32_t>(Reduction::op_id), count);
     protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
     return Algorithm::template all_gather<Reduction>(s, in, out, count, parts);
   }

@@ -29,6 +29,7 @@
 #include "../kernel/collectives.cuh"
 #include "../reduce/sum.hpp"
 #include "../transport/cuda_window.hpp"
+#include "topology.hpp"
 
 namespace rocenante::gpu {
 
@@ -60,20 +61,20 @@ class communicator {
                                                                             Transport::name, !handle_type::shared_staging)),
         transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
     bootstrap::bootstrap_ref b(boot);
-    if constexpr (requires { Transport::ranks_share_process; })
-      if (Transport::ranks_share_process && b.size() > 1 && lazy_module_loading())
-        throw config_error(
-            "rank " + std::to_string(b.rank()) + ": " + std::to_string(b.size()) +
-            " ranks share this process's CUDA context and CUDA loads kernels lazily: the first launch of a kernel "
-            "can wait for kernels already running, which are other ranks' collectives spinning on this rank, so a "
-            "collective would stall until the timeout. Set CUDA_MODULE_LOADING=EAGER in the environment (or with "
-            "setenv before the first CUDA call)");
     ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
+    cudaDeviceProp prop{};
+    ROCENANTE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    topo_ = gather_topology(b, make_identity(device_, prop.uuid.bytes));
+    if (topo_.in_this_process() > 1 && lazy_module_loading())
+      throw config_error(
+          "rank " + std::to_string(b.rank()) + ": " + std::to_string(topo_.in_this_process()) +
+          " ranks share this process's CUDA context and CUDA loads kernels lazily: the first launch of a kernel "
+          "can wait for kernels already running, which are other ranks' collectives spinning on this rank, so a "
+          "collective would stall until the timeout. Set CUDA_MODULE_LOADING=EAGER in the environment (or with "
+          "setenv before the first CUDA call)");
     enable_peer_access(b);
-    bool one_device = true;
-    for (int d : devices_) one_device = one_device && d == device_;
     if constexpr (requires { transport_.narrow_scope(memory_scope::device); })
-      if (one_device) transport_.narrow_scope(memory_scope::device);
+      if (topo_.all_one_gpu()) transport_.narrow_scope(memory_scope::device);
     check_co_residency(b);
     // Load the reject kernel now. Under CUDA's lazy module loading (the default since CUDA 12.2) the first
     // launch of a kernel loads its module, and that can wait for running kernels to finish: a rank refusing a
@@ -111,6 +112,8 @@ class communicator {
   int rank() const { return ctx_.handle.rank(); }
   int size() const { return ctx_.handle.ranks(); }
   int device() const { return device_; }
+  /// Where every rank runs (identical on every rank).
+  const topology& ranks_topology() const { return topo_; }
   const options& opts() const { return opts_; }
   const protocol::window_layout& layout() const { return layout_; }
   const device::context<handle_type>& device_context() const { return ctx_; }
@@ -371,18 +374,17 @@ class communicator {
     return mode == CU_MODULE_LAZY_LOADING;
   }
 
+  /// Peer access to the other GPUs that ranks of this process use (ranks in other processes are reached through
+  /// their transport's own mapping: cuda_ipc grants access when it maps a peer's window).
   void enable_peer_access(bootstrap::bootstrap_ref b) {
-    devices_.assign(static_cast<std::size_t>(b.size()), 0);
-    b.all_gather(&device_, devices_.data(), sizeof(int));
-    for (int q = 0; q < b.size(); ++q) {
-      const int d = devices_[q];
-      if (d == device_) continue;
+    for (int d : topo_.peer_ordinals()) {
       int can = 0;
       ROCENANTE_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device_, d));
       if (!can)
-        throw transport_error("loopback (GPU): device " + std::to_string(device_) + " of rank " +
-                              std::to_string(b.rank()) + " cannot access device " + std::to_string(d) + " of rank " +
-                              std::to_string(q) + " (no peer access); use the NCCL transport");
+        throw transport_error("rank " + std::to_string(b.rank()) + ": device " + std::to_string(device_) +
+                              " cannot access device " + std::to_string(d) +
+                              " of another rank of this process (no peer access); use one process per GPU with "
+                              "cuda_ipc where the GPUs are peers, or the NCCL transport");
       const cudaError_t e = cudaDeviceEnablePeerAccess(d, 0);
       if (e == cudaErrorPeerAccessAlreadyEnabled)
         (void)cudaGetLastError();
@@ -394,8 +396,7 @@ class communicator {
   /// Ranks sharing this GPU wait on each other inside their kernels: all their CTAs must fit on the GPU at once,
   /// or a waiting CTA could hold the SM a peer's CTA needs (deadlock until the timeout). Refuse such a set-up.
   void check_co_residency(bootstrap::bootstrap_ref b) {
-    int sharing = 0;
-    for (int d : devices_) sharing += d == device_ ? 1 : 0;
+    const int sharing = topo_.sharing();  // by GPU UUID and host: every Spark rank is "device 0" of its own node
     int sms = 0;
     ROCENANTE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     sharing_ = sharing;
@@ -439,17 +440,9 @@ class communicator {
     if (!fixed) occ_small(std::type_identity<handle_type>{});
     occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
-    const std::uint64_t need = std::uint64_t(sharing) * max_ctas();
-    const std::uint64_t have = std::uint64_t(sms) * std::uint64_t(per_sm);
-    capacity_ = have;
-    if (need > have)
-      throw config_error("GPU " + std::to_string(device_) + " would run " + std::to_string(sharing) + " ranks x " +
-                         std::to_string(max_ctas()) + " CTAs = " + std::to_string(need) +
-                         " CTAs that wait on each other, but only " + std::to_string(have) + " (" +
-                         std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
-                         ") can be resident at once: that could deadlock; lower options::max_ctas (or max_parts) to " +
-                         std::to_string(have / std::uint64_t(sharing)) + " or fewer (rank " +
-                         std::to_string(b.rank()) + ")");
+    capacity_ = std::uint64_t(sms) * std::uint64_t(per_sm);
+    if (const std::string why = co_residency_problem(sharing, max_ctas(), sms, per_sm); !why.empty())
+      throw config_error("rank " + std::to_string(b.rank()) + " (GPU " + std::to_string(device_) + "): " + why);
   }
 
   options opts_;
@@ -460,7 +453,7 @@ class communicator {
   int sms_ = 0;
   std::uint64_t capacity_ = 0;  ///< CTAs of the built-in kernels resident on this GPU at once
   bool pdl_ = false;            ///< programmatic dependent launch (set_programmatic_launch)
-  std::vector<int> devices_;
+  topology topo_;  ///< every rank's host, GPU and process (gpu/topology.hpp)
   protocol::rank_state* state_ = nullptr;
   protocol::rank_state* mirror_host_ = nullptr;
   protocol::rank_state* mirror_dev_ = nullptr;

@@ -296,7 +296,8 @@ class communicator : public executor_base<Transport> {
     if (!why.empty()) return reject_call(why);
 
     const std::uint32_t signature = protocol::call_signature(c, static_cast<std::uint32_t>(A::id),
-                                                             static_cast<std::uint32_t>(R::dtype_id), count);
+                                                             static_cast<std::uint32_t>(R::dtype_id),
+                                                             static_cast<std::uint32_t>(R::op_id), count);
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
     const std::uint32_t parts =
         algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);

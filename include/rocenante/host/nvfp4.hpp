@@ -63,7 +63,8 @@ class nvfp4_communicator : public executor_base<Transport> {
       why = "input and output overlap without being the same buffer";
     if (!why.empty()) return reject_call(why);
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
-                                              static_cast<std::uint32_t>(R::dtype_id), count);
+                                              static_cast<std::uint32_t>(R::dtype_id),
+                                              static_cast<std::uint32_t>(R::op_id), count);
     return this->run_parts(sig, parts, [&](session_t& s) {
       return algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, parts, nullptr);
     });
@@ -78,7 +79,8 @@ class nvfp4_communicator : public executor_base<Transport> {
       why = "input and output overlap without being the same buffer";
     if (!why.empty()) return reject_call(why);
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot::id),
-                                              static_cast<std::uint32_t>(R::dtype_id), count);
+                                              static_cast<std::uint32_t>(R::dtype_id),
+                                              static_cast<std::uint32_t>(R::op_id), count);
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
     const std::uint32_t parts = algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
     return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot::all_reduce<R>(s, in, out, count, parts); });
@@ -102,7 +104,8 @@ class nvfp4_communicator : public executor_base<Transport> {
       why = "global_scale must be a positive finite float";
     if (!why.empty()) return reject_call(why);
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_rows_id),
-                                              static_cast<std::uint32_t>(reduce::sum<T>::dtype_id), count);
+                                              static_cast<std::uint32_t>(reduce::sum<T>::dtype_id),
+                                              static_cast<std::uint32_t>(reduce::reduce_op::sum), count);
     const std::uint32_t parts = row_parts<T>(e.rows, e.cols);
     return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, parts); });
   }
@@ -118,7 +121,8 @@ class nvfp4_communicator : public executor_base<Transport> {
       why = "the NVFP4 tensor does not fit the window's source region; raise capacity_bytes";
     if (!why.empty()) return reject_call(why);
     const auto sig = protocol::call_signature(protocol::collective::all_gather, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
-                                              static_cast<std::uint32_t>(dtype::nvfp4), count);
+                                              static_cast<std::uint32_t>(dtype::nvfp4),
+                                              static_cast<std::uint32_t>(reduce::reduce_op::sum), count);
     return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_gather_nvfp4(s, g, parts); });
   }
 };

@@ -1,5 +1,5 @@
 // host/select.hpp — the start-up decision: which transport every rank uses, decided by all ranks together
-// (HAZARDS #9), logged once and queryable (HAZARDS #15), then fixed for the life of the communicator.
+// (hazard H9), logged once and queryable (hazard H15), then fixed for the life of the communicator.
 //
 //   1. Every rank reads the environment (core/env.hpp) and probes each candidate transport locally:
 //        ibverbs   libibverbs loads, the devices (ROCENANTE_IB_HCA, else the first ACTIVE one) open, their port
@@ -69,8 +69,8 @@
 
 namespace rocenante::host {
 
-enum class transport_kind : std::uint8_t { none = 0, loopback = 1, ibverbs = 2, nccl = 3, socket = 4 };
-inline constexpr int transport_kinds = 5;
+enum class transport_kind : std::uint8_t { none = 0, loopback = 1, ibverbs = 2, nccl = 3, socket = 4, cuda_ipc = 5 };
+inline constexpr int transport_kinds = 6;
 
 inline const char* to_string(transport_kind t) {
   switch (t) {
@@ -79,6 +79,7 @@ inline const char* to_string(transport_kind t) {
     case transport_kind::ibverbs: return "ibverbs";
     case transport_kind::nccl: return "nccl";
     case transport_kind::socket: return "socket";
+    case transport_kind::cuda_ipc: return "cuda_ipc";
   }
   return "?";
 }
@@ -91,7 +92,8 @@ enum class probe_code : std::uint16_t {
   no_devices,         ///< no RDMA device (or the kernel has no RDMA support)
   device_unusable,    ///< device not found, port not ACTIVE, no usable GID, no interface, bad configuration
   other_process,      ///< loopback: not every rank runs in this process
-  wrong_executor,     ///< the transport does not exist for this executor (nccl on the host, socket on the GPU)
+  other_host,         ///< cuda_ipc: not every rank runs on this host
+  wrong_executor,     ///< the transport does not exist for this executor (nccl and cuda_ipc on the host)
   injected,           ///< set by a test hook (select_config::probe_hook)
   setup_failed,       ///< the transport's set-up threw on some rank
   unreachable,        ///< ring neighbours cannot reach each other
@@ -107,6 +109,7 @@ inline const char* to_string(probe_code c) {
     case probe_code::no_devices: return "no_devices";
     case probe_code::device_unusable: return "device_unusable";
     case probe_code::other_process: return "other_process";
+    case probe_code::other_host: return "other_host";
     case probe_code::wrong_executor: return "wrong_executor";
     case probe_code::injected: return "injected";
     case probe_code::setup_failed: return "setup_failed";
@@ -275,7 +278,7 @@ struct select_config {
 namespace select_detail {
 
 inline constexpr std::uint32_t card_magic = 0x52435345;  // "RCSE"
-inline constexpr std::uint32_t card_version = 2;  // 2: five transport kinds (socket)
+inline constexpr std::uint32_t card_version = 3;  // 3: six transport kinds (cuda_ipc) and the host identity
 
 /// One rank's contribution to the vote.
 struct probe_card {
@@ -283,6 +286,7 @@ struct probe_card {
   std::int32_t rank;
   std::uint8_t transport_choice, algo_choice, env_ok, pad;
   std::uint64_t process_token;
+  std::uint64_t host_token;  ///< core/identity.hpp: equal for ranks of one host
   std::uint32_t pid, pad2;
   char env_error[248];
   verdict v[transport_kinds];  ///< indexed by transport_kind
@@ -320,12 +324,9 @@ inline verdict probe_ibverbs(int rank, const env::settings& s) {
 }
 
 /// The socket transport's local probe: the address it would listen on (ROCENANTE_SOCKET_IFNAME must match an UP
-/// IPv4 interface). Whether peers connect is found at set-up (reachable()).
-inline verdict probe_socket(int rank, const env::settings& s, bool gpu_executor) {
-  if (gpu_executor)
-    return verdict::make(transport_kind::socket, rank, probe_code::wrong_executor,
-                         "socket runs with the host executor only (transport/socket.hpp); the GPU executor has ibverbs "
-                         "and nccl");
+/// IPv4 interface). Whether peers connect is found at set-up (reachable()). Host executor: transport::socket; GPU
+/// executor: transport::cuda_socket (host-mapped windows).
+inline verdict probe_socket(int rank, const env::settings& s) {
   try {
     return verdict::make(transport_kind::socket, rank, probe_code::ok, transport::sock::choose_address(s.socket_if).text());
   } catch (const error& e) {
@@ -348,19 +349,22 @@ inline verdict probe_nccl(int rank, bool gpu_executor) {
 /// Which executor the decision is for: the candidates differ (nccl exists only on the GPU).
 enum class executor : std::uint8_t { host, gpu };
 
-/// Candidates in preference order for a choice: auto -> ibverbs, then on the host executor loopback and socket
+/// Candidates in preference order for a choice: auto on the host executor -> ibverbs, then loopback and socket
 /// (vote_probes keeps the one that fits once the ranks' processes are known: loopback when every rank runs in one
-/// process, socket otherwise), on the GPU executor nccl.
+/// process, socket otherwise); auto on the GPU executor -> cuda_ipc (usable when every rank is on one node), then
+/// ibverbs, then nccl. socket on the GPU executor (cuda_socket) only when forced: it exists to run the whole proxy
+/// path on machines without an RDMA device.
 inline std::vector<transport_kind> candidates(env::transport_choice c, executor x) {
   switch (c) {
     case env::transport_choice::ibverbs: return {transport_kind::ibverbs};
     case env::transport_choice::nccl: return {transport_kind::nccl};
     case env::transport_choice::loopback: return {transport_kind::loopback};
     case env::transport_choice::socket: return {transport_kind::socket};
+    case env::transport_choice::cuda_ipc: return {transport_kind::cuda_ipc};
     case env::transport_choice::automatic: break;
   }
   return x == executor::host ? std::vector{transport_kind::ibverbs, transport_kind::loopback, transport_kind::socket}
-                             : std::vector{transport_kind::ibverbs, transport_kind::nccl};
+                             : std::vector{transport_kind::cuda_ipc, transport_kind::ibverbs, transport_kind::nccl};
 }
 
 /// Every rank's verdict on every candidate, after the exchange; identical on every rank.
@@ -398,6 +402,7 @@ inline vote_table vote_probes(bootstrap::bootstrap_ref boot, const select_config
   mine.version = select_detail::card_version;
   mine.rank = me;
   mine.process_token = select_detail::process_token();
+  mine.host_token = identity::host();
   mine.pid = static_cast<std::uint32_t>(::getpid());
   mine.env_ok = 1;
   vote_table t;
@@ -420,8 +425,12 @@ inline vote_table vote_probes(bootstrap::bootstrap_ref boot, const select_config
       verdict& v = mine.v[static_cast<int>(k)];
       if (k == transport_kind::ibverbs) v = select_detail::probe_ibverbs(me, t.settings);
       else if (k == transport_kind::nccl) v = select_detail::probe_nccl(me, x == executor::gpu);
-      else if (k == transport_kind::socket) v = select_detail::probe_socket(me, t.settings, x == executor::gpu);
+      else if (k == transport_kind::socket) v = select_detail::probe_socket(me, t.settings);
       else if (k == transport_kind::loopback) v = verdict::make(k, me, probe_code::ok, "in-process windows");
+      else if (k == transport_kind::cuda_ipc)
+        v = x == executor::gpu ? verdict::make(k, me, probe_code::ok, "GPU windows mapped between the processes of one node")
+                               : verdict::make(k, me, probe_code::wrong_executor,
+                                               "cuda_ipc runs with the GPU executor only (transport/cuda_ipc.hpp)");
       if (cfg.probe_hook) cfg.probe_hook(k, v);
       v.rank = me;
       v.transport = static_cast<std::uint8_t>(k);
@@ -463,6 +472,12 @@ inline vote_table vote_probes(bootstrap::bootstrap_ref boot, const select_config
                                  "runs in another process (pid " + std::to_string(all[q].pid) +
                                      ") than rank 0 (pid " + std::to_string(all[0].pid) +
                                      "); loopback needs every rank in one process");
+  // cuda_ipc: usable only when every rank runs on rank 0's host.
+  const int ipc = static_cast<int>(transport_kind::cuda_ipc);
+  for (int q = 0; q < n; ++q)
+    if (t.v[q][ipc].usable() && all[q].host_token != all[0].host_token)
+      t.v[q][ipc] = verdict::make(transport_kind::cuda_ipc, q, probe_code::other_host,
+                                  "runs on another host than rank 0; cuda_ipc maps windows between the processes of one node");
   // auto on the host executor: the fallback after ibverbs is loopback when every rank runs in one process, socket
   // otherwise (the same on every rank: the tokens are the exchanged ones).
   if (t.requested == env::transport_choice::automatic && x == executor::host) {
@@ -518,6 +533,93 @@ inline selection select_transport(bootstrap::bootstrap_ref boot, const select_co
   return s;
 }
 
+/// All-gathers (code, reason) of a step; marks the ranks that failed in `t`. True when some rank failed.
+inline bool vote_step(bootstrap::bootstrap_ref b, vote_table& t, transport_kind k, probe_code code, const std::string& why) {
+  const verdict mine = verdict::make(k, b.rank(), code, why);
+  std::vector<verdict> all(static_cast<std::size_t>(b.size()));
+  b.all_gather(&mine, all.data(), sizeof mine);
+  bool failed = false;
+  for (int q = 0; q < b.size(); ++q)
+    if (!all[q].usable()) {
+      t.fail(k, q, all[q].code_value(), all[q].text());
+      failed = true;
+    }
+  return failed;
+}
+
+/// Step 4, the same for every executor: build the chosen candidate, vote on its set-up, gather its connectivity,
+/// run the start-up self-test, vote again; a failure anywhere moves every rank to the next candidate (auto) or fails
+/// every rank (forced). `build(kind)` constructs the communicator (throws rocenante::error when it cannot),
+/// `reset()` drops it, `reachable(kind)` is the transport's own per-pair probe (empty: every pair connects),
+/// `self_test(conn)` returns an empty string or why the start-up collective failed. Returns the decision,
+/// identical on every rank.
+template <class Build, class Reset, class Reach, class SelfTest>
+selection settle(bootstrap::bootstrap_ref b, vote_table& t, const select_config& cfg, Build&& build, Reset&& reset,
+                 Reach&& reachable, SelfTest&& self_test) {
+  const bool forced = t.requested != env::transport_choice::automatic;
+  std::size_t from = 0;
+  for (;;) {
+    selection s = decide(t, from);  // throws when nothing is left
+    std::string failure;
+    probe_code code = probe_code::ok;
+    try {
+      build(s.chosen);
+    } catch (const error& e) {
+      failure = e.what();
+      code = probe_code::setup_failed;
+    }
+    // Vote on set-up: a rank whose set-up threw must not leave its peers with a half-built communicator.
+    bool failed = vote_step(b, t, s.chosen, code, failure);
+    connectivity_report conn;
+    if (!failed) {
+      // Every rank gathers the same matrix, so every rank draws the same conclusions from it without a vote.
+      std::function<bool(int)> reach = reachable(s.chosen);
+      if (cfg.reachable) reach = [&](int q) { return cfg.reachable(s.chosen, q); };
+      conn = gather_connectivity(b, reach);
+      if (!conn.neighbours()) {
+        for (int q = 0; q < t.ranks; ++q)
+          t.fail(s.chosen, q, probe_code::unreachable, "ring neighbours do not connect: " + conn.describe());
+        failed = true;
+      }
+    }
+    if (!failed && cfg.self_test) {
+      const std::string why = self_test(conn);
+      failed = vote_step(b, t, s.chosen, why.empty() ? probe_code::ok : probe_code::self_test_failed, why);
+    }
+    if (!failed) {
+      if (s.algo == env::algo_choice::one_shot && !conn.any_to_any())
+        throw config_error("rank " + std::to_string(b.rank()) + ": ROCENANTE_ALGO=one_shot refused on transport " +
+                           to_string(s.chosen) + ": " + conn.refusal(algorithm::algo::one_shot));
+      // Decide again on the updated table: the reason then names every failure met on the way (set-up,
+      // connectivity, self-test of earlier candidates).
+      selection out = decide(t, from);
+      out.connectivity = conn;
+      return out;
+    }
+    reset();
+    if (forced)
+      throw transport_error(std::string(to_string(s.chosen)) + " was forced (ROCENANTE_TRANSPORT) and failed at start-up: " +
+                            describe_failures(t.column(s.chosen)));
+    from = static_cast<std::size_t>(std::find(t.order.begin(), t.order.end(), s.chosen) - t.order.begin()) + 1;
+  }
+}
+
+/// The decision's log line, once per rank (INFO; WARN when some ranks could have used the preferred transport).
+inline void log_decision(const vote_table& t, const selection& sel, int rank, int size) {
+  const bool split = sel.fell_back && sel.failing_ranks().size() < static_cast<std::size_t>(t.ranks);
+  std::string line = sel.summary();
+  if (sel.chosen != transport_kind::none && size > 1) {
+    const std::uint64_t lim = algorithm::one_shot_limit(size);
+    line += "; algorithm " + std::string(env::to_string(sel.algo));
+    if (sel.algo == env::algo_choice::automatic)
+      line += sel.connectivity.any_to_any()
+                  ? " (" + std::string(algorithm::h200_single_gpu.name) + ": one_shot up to " + std::to_string(lim / 1024) +
+                        " KiB at " + std::to_string(size) + " ranks, ring above)"
+                  : " (ring only: one_shot refused by connectivity)";
+  }
+  log_line(split ? log_level::warn : log_level::info, t.settings.debug, rank, line);
+}
+
 /// A host communicator over the transport the ranks chose together; same calls as host::communicator.
 ///
 /// Who calls: every rank, collectively (as host::communicator). Set-up throws config_error (bad environment, forced
@@ -539,67 +641,14 @@ class selected_communicator {
   selected_communicator(B& boot, const options& opts, select_config cfg = {}) {
     bootstrap::bootstrap_ref b(boot);
     vote_table t = vote_probes(b, cfg, executor::host);
-    const bool forced = t.requested != env::transport_choice::automatic;
     const options o = t.settings.apply(opts);
-    std::size_t from = 0;
-    for (;;) {
-      selection s = decide(t, from);  // throws when nothing is left
-      std::string failure;
-      probe_code code = probe_code::ok;
-      try {
-        build(b, s.chosen, o);
-      } catch (const error& e) {
-        failure = e.what();
-        code = probe_code::setup_failed;
-      }
-      // Vote on set-up: a rank whose set-up threw must not leave its peers with a half-built communicator.
-      bool failed = vote(b, t, s.chosen, code, failure);
-      connectivity_report conn;
-      if (!failed) {
-        // Every rank gathers the same matrix, so every rank draws the same conclusions from it without a vote.
-        std::function<bool(int)> reach = transport_reachable(s.chosen);
-        if (cfg.reachable) reach = [&](int q) { return cfg.reachable(s.chosen, q); };
-        conn = gather_connectivity(b, reach);
-        if (!conn.neighbours()) {
-          for (int q = 0; q < t.ranks; ++q)
-            t.fail(s.chosen, q, probe_code::unreachable, "ring neighbours do not connect: " + conn.describe());
-          failed = true;
-        }
-      }
-      if (!failed && cfg.self_test) {
-        const std::string why = self_test(conn, b.rank(), b.size());
-        failed = vote(b, t, s.chosen, why.empty() ? probe_code::ok : probe_code::self_test_failed, why);
-      }
-      if (!failed) {
-        if (s.algo == env::algo_choice::one_shot && !conn.any_to_any())
-          throw config_error("rank " + std::to_string(b.rank()) + ": ROCENANTE_ALGO=one_shot refused on transport " +
-                             to_string(s.chosen) + ": " + conn.refusal(algorithm::algo::one_shot));
-        // Decide again on the updated table: the reason then names every failure met on the way (set-up,
-        // connectivity, self-test of earlier candidates).
-        sel_ = decide(t, from);
-        sel_.connectivity = conn;
-        break;
-      }
-      comm_ = std::monostate{};
-      if (forced)
-        throw transport_error(std::string(to_string(s.chosen)) + " was forced (ROCENANTE_TRANSPORT) and failed at start-up: " +
-                              describe_failures(t.column(s.chosen)));
-      from = static_cast<std::size_t>(std::find(t.order.begin(), t.order.end(), s.chosen) - t.order.begin()) + 1;
-    }
+    sel_ = settle(
+        b, t, cfg, [&](transport_kind k) { build(b, k, o); }, [&] { comm_ = std::monostate{}; },
+        [&](transport_kind k) { return transport_reachable(k); },
+        [&](const connectivity_report& conn) { return self_test(conn, b.rank(), b.size()); });
     rank_ = b.rank();
     size_ = b.size();
-    const bool split = sel_.fell_back && sel_.failing_ranks().size() < static_cast<std::size_t>(t.ranks);
-    std::string line = sel_.summary();
-    if (sel_.chosen != transport_kind::none && size_ > 1) {
-      const std::uint64_t lim = algorithm::one_shot_limit(size_);
-      line += "; algorithm " + std::string(env::to_string(sel_.algo));
-      if (sel_.algo == env::algo_choice::automatic)
-        line += sel_.connectivity.any_to_any()
-                    ? " (" + std::string(algorithm::h200_single_gpu.name) + ": one_shot up to " + std::to_string(lim / 1024) +
-                          " KiB at " + std::to_string(size_) + " ranks, ring above)"
-                    : " (ring only: one_shot refused by connectivity)";
-    }
-    log_line(split ? log_level::warn : log_level::info, t.settings.debug, rank_, line);
+    log_decision(t, sel_, rank_, size_);
   }
 
   selected_communicator(const selected_communicator&) = delete;
@@ -735,24 +784,9 @@ class selected_communicator {
     return {};
   }
 
-  /// All-gathers (code, reason) of a step; marks the ranks that failed in `t`. True when some rank failed.
-  static bool vote(bootstrap::bootstrap_ref b, vote_table& t, transport_kind k, probe_code code,
-                          const std::string& why) {
-    const verdict mine = verdict::make(k, b.rank(), code, why);
-    std::vector<verdict> all(static_cast<std::size_t>(b.size()));
-    b.all_gather(&mine, all.data(), sizeof mine);
-    bool failed = false;
-    for (int q = 0; q < b.size(); ++q)
-      if (!all[q].usable()) {
-        t.fail(k, q, all[q].code_value(), all[q].text());
-        failed = true;
-      }
-    return failed;
-  }
-
   /// Start-up collective of every allowed algorithm: small integers, exact in fp32 in any summation order, so
   /// every rank can compute the exact reference itself; an output equal to it on every rank (the vote that follows)
-  /// is also byte-identical across ranks (HAZARDS #10).
+  /// is also byte-identical across ranks (hazard H10).
   std::string self_test(const connectivity_report& conn, int me, int n) {
     const std::size_t count = 64 * static_cast<std::size_t>(n) + 3;
     std::vector<float> in(count), out(count);

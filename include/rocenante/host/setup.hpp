@@ -14,7 +14,9 @@
 #include "../core/options.hpp"
 #include "../protocol/layout.hpp"
 #include "../core/status.hpp"
+#include "../protocol/flags.hpp"
 #include "../protocol/state.hpp"
+#include "../reduce/concepts.hpp"
 
 namespace rocenante::host {
 
@@ -116,8 +118,22 @@ bool fits(const protocol::window_layout& l) {
   return A::channels(n) <= l.channels && A::slot_bytes(n, l.capacity_bytes) <= l.slot_bytes;
 }
 
+/// A call signature in words: "all_reduce(one_shot, bfloat16, sum, count 1024)". The count is exact below
+/// 2^21 elements (protocol::count_bits).
+inline std::string describe_call(std::uint32_t sig) {
+  const std::uint32_t c = protocol::signature_collective(sig), a = protocol::signature_algorithm(sig);
+  // An LL word (protocol::ll_word_signature) sets both collective bits; only the one-shot all-reduce writes one.
+  const char* coll = c == 1 ? "all_reduce" : c == 2 ? "all_gather" : c == 3 ? "all_reduce[LL]" : "unknown collective";
+  static constexpr const char* algos[8] = {"algorithm 0", "one_shot", "ring", "one_shot_fp4",
+                                           "one_shot_rows", "algorithm 5", "algorithm 6", "algorithm 7"};
+  const dtype d = static_cast<dtype>(protocol::signature_dtype(sig));
+  std::string out = std::string(coll) + "(" + algos[a] + ", " + to_string(d);
+  if (c != 2) out += std::string(", ") + reduce::to_string(static_cast<reduce::reduce_op>(protocol::signature_op(sig)));
+  return out + ", count " + std::to_string(protocol::signature_count(sig)) + ")";
+}
+
 inline std::string describe_failure(int rank, const protocol::failure_record& f) {
-  char buf[640];
+  char buf[1024];
   const char* how = f.relayed ? " (relayed by a peer's abort flag)" : "";
   if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::rejected)) {
     std::snprintf(buf, sizeof buf,
@@ -137,11 +153,29 @@ inline std::string describe_failure(int rank, const protocol::failure_record& f)
                   "communicator is poisoned and every later call returns status::poisoned",
                   rank, f.peer, f.seq, f.peer, how);
   } else if (f.kind == static_cast<std::uint32_t>(protocol::failure_kind::mismatch)) {
-    std::snprintf(buf, sizeof buf,
-                  "rank %d: rank %d entered a different collective at sequence %u (slot %u, part %u, channel %u)%s: "
-                  "the collective, algorithm, dtype or count differ between ranks; the communicator is poisoned and "
-                  "every later call returns status::poisoned",
-                  rank, f.peer, f.seq, f.slot, f.part, f.channel, how);
+    const std::string mine = describe_call(protocol::flag_signature(f.expected));
+    const char* fix = "every rank must make the same calls in the same order, with the same collective, algorithm, "
+                      "dtype, operator and count (a count of 2^21 elements or more shows as a 21-bit hash); the "
+                      "communicator is poisoned and every later call returns status::poisoned";
+    if (!f.relayed) {
+      const std::string theirs = describe_call(protocol::flag_signature(f.observed));
+      std::snprintf(buf, sizeof buf,
+                    "rank %d: rank %d entered a different collective at sequence %u (slot %u, part %u, channel %u): "
+                    "this rank called %s, rank %d called %s; %s",
+                    rank, f.peer, f.seq, f.slot, f.part, f.channel, mine.c_str(), f.peer, theirs.c_str(), fix);
+    } else {
+      // The abort names the rank whose word was foreign (peer) and the rank that saw it (reporter). Named as the
+      // culprit itself, this rank names the reporter: its call is the one that differs from this rank's.
+      const auto name = [&](int q, const char* unknown) { return q >= 0 ? "rank " + std::to_string(q) : std::string(unknown); };
+      const bool named = f.peer == rank;
+      const std::string who = named ? name(f.reporter, "a peer") : name(f.peer, "a peer");
+      const std::string than = named ? std::string("this rank") : name(f.reporter, "its peers");
+      const std::string detail = name(f.reporter, "the detecting rank") + "'s error names both calls";
+      std::snprintf(buf, sizeof buf,
+                    "rank %d: %s entered a different collective at sequence %u than %s (relayed by a peer's abort "
+                    "flag; %s): this rank called %s; %s",
+                    rank, who.c_str(), f.seq, than.c_str(), detail.c_str(), mine.c_str(), fix);
+    }
   } else if (f.relayed && f.peer == rank) {
     std::snprintf(buf, sizeof buf,
                   "rank %d: its peers timed out waiting for it at sequence %u and aborted the collective (this rank "

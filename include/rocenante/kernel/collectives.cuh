@@ -34,7 +34,7 @@ struct dependency_gate {
 
 /// CTAs per SM the compiler must leave registers for in the collective kernels (launch bounds). 1 by default:
 /// ranks sharing a GPU then fit one CTA of each rank's collective per SM (the co-residency bound counts them).
-/// A tuning experiment (tools/gpu/s5c-run.sh) built with 2 (at most 64 registers per thread, twice the resident
+/// A tuning experiment (receipt s5c-8599fd3) built with 2 (at most 64 registers per thread, twice the resident
 /// CTAs): the one-shot kernels (120-128 registers at 1) spilled and ran 1.3x (48 KiB) to 2.3x (64 MiB) slower.
 /// Like every ROCENANTE_* tuning macro it must have one value in a whole program (define it on the compiler's
 /// command line, not before one include): kernels of two values would break the one-definition rule.
@@ -57,7 +57,7 @@ static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <=
 enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3, small = 4, small_ll = 5 };
 
 /// Whether gpu::communicator launches reduce_path::small kernels (1, the default) or the all-purpose kernel in
-/// their place (0: a side-by-side experiment, tools/gpu/s7b-run.sh). One value per program.
+/// their place (0: a side-by-side experiment, receipt s7b-3b87ba1). One value per program.
 #ifndef ROCENANTE_SMALL_KERNEL
 #define ROCENANTE_SMALL_KERNEL 1
 #endif
@@ -65,7 +65,7 @@ enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3
 /// transport::fixed_ranks — the rank count a template parameter, every loop over ranks unrolled, the reduce loading
 /// exactly n sources — instead of over the plain handle. A mask: bit N set = fixed kernels at N ranks, for N in
 /// {2, 4, 8}; 0 = never; 1 = at 2, 4 and 8. The default, bits 2 and 8, is what the H200 measured side by side
-/// (tools/gpu/s11-run.sh, docs/results/h200-2026-12-05/s11-0c4216e; 16 CTAs of 192 threads, early input, held
+/// (docs/results/h200-2026-12-05/s11-0c4216e; 16 CTAs of 192 threads, early input, held
 /// addresses): the fixed kernels were 0.11-0.16 us faster at 2 and 8 ranks (8 and 48 KiB) and 0.056 us slower at
 /// 4 ranks, at both sizes. Each rank count set adds up to two kernels per reduction and epilogue (compile time).
 /// One value per program.

@@ -204,7 +204,8 @@ __global__ void __launch_bounds__(threads_per_block, 1)
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
                                                      static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
-                                                     static_cast<std::uint32_t>(R::dtype_id), count);
+                                                     static_cast<std::uint32_t>(R::dtype_id),
+                                                     static_cast<std::uint32_t>(R::op_id), count);
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
   (void)algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, gridDim.x, scratch);
 }
@@ -217,7 +218,8 @@ __global__ void __launch_bounds__(threads_per_block, 1)
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
                                                      static_cast<std::uint32_t>(algorithm::one_shot_rows_id),
-                                                     static_cast<std::uint32_t>(reduce::sum<T>::dtype_id), e.rows * e.cols);
+                                                     static_cast<std::uint32_t>(reduce::sum<T>::dtype_id),
+                                                     static_cast<std::uint32_t>(reduce::reduce_op::sum), e.rows * e.cols);
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
   (void)algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, gridDim.x);
 }
@@ -229,7 +231,8 @@ __global__ void __launch_bounds__(threads_per_block, 1) nvfp4_all_gather(device:
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const std::uint32_t sig = protocol::call_signature(protocol::collective::all_gather,
                                                      static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
-                                                     static_cast<std::uint32_t>(dtype::nvfp4), g.rows * g.cols);
+                                                     static_cast<std::uint32_t>(dtype::nvfp4),
+                                                     static_cast<std::uint32_t>(reduce::reduce_op::sum), g.rows * g.cols);
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
   (void)algorithm::one_shot_fp4::all_gather_nvfp4(s, g, gridDim.x);
 }

@@ -8,7 +8,7 @@
 // Every transport uses this layout, so a peer's payload for (slot, offset) lands at the same offset in every
 // window (symmetric memory: an RDMA write or a proxy copy needs no address translation beyond the base).
 // All arithmetic is checked: a configuration whose window would overflow 64 bits is refused before any
-// memory is allocated (HAZARDS #21).
+// memory is allocated (hazard H21).
 #pragma once
 
 #include <cstdint>

@@ -32,7 +32,7 @@
 
 namespace rocenante::protocol {
 
-/// How long a wait may last. Both bounds apply; the first to run out ends the wait (HAZARDS #11: a poll count
+/// How long a wait may last. Both bounds apply; the first to run out ends the wait (hazard H11: a poll count
 /// alone is not a time bound under memory contention).
 struct wait_policy {
   std::uint64_t timeout_ns = 10'000'000'000ull;  ///< 0 = no time bound (not recommended)
@@ -170,12 +170,16 @@ class session {
 
   /// The 32-bit flag of this call inside LL lines (algorithm/one_shot.hpp): x = (seq * 0x9E3779B1) ^ signature,
   /// which differs between two signatures at one sequence and between sequences s and s + 2 of one signature; never
-  /// zero (the value of an unwritten or consumed line): x = 0 becomes 1 << 23, which is x only for a signature whose
-  /// count has bit 23 set — never an LL call (at most 64 KiB), so no LL call of another signature shares it.
+  /// zero (the value of an unwritten or consumed line): x = 0 becomes 1 << 20, which is x only for a signature whose
+  /// count has bit 20 set — never an LL call (at most 64 KiB), so no LL call of another signature shares it.
   ROCENANTE_HOST_DEVICE std::uint32_t inline_flag() const {
-    const std::uint32_t x = (seq_ * 0x9E3779B1u) ^ signature_;
-    return x != 0 ? x : (1u << 23);
+    const std::uint32_t x = (seq_ * inline_mul) ^ signature_;
+    return x != 0 ? x : inline_zero;
   }
+
+  /// The signature of the call that wrote LL flag `f` at this sequence (for a mismatch's record; the inverse of
+  /// inline_flag, exact but for its zero substitute).
+  ROCENANTE_HOST_DEVICE std::uint32_t inline_signature(std::uint32_t f) const { return f ^ (seq_ * inline_mul); }
 
   /// The flag word an LL call writes into its peers' flag channels (protocol::ll_word_signature).
   ROCENANTE_HOST_DEVICE std::uint64_t ll_flag_word() const { return make_flag(seq_, ll_word_signature(signature_)); }
@@ -200,7 +204,8 @@ class session {
     const std::uint64_t waited = detail::now_ns() - start;
     if (flag_seq(seen) == seq_ && seen != flag_unset && seen != expected)
       return fail_on_foreign_word(peer, channel, expected, seen, waited);
-    if (other != 0) return fail(failure_kind::mismatch, peer, channel, inline_flag(), other, waited);
+    if (other != 0)  // recorded as flag words, so that the message can name both calls
+      return fail(failure_kind::mismatch, peer, channel, flag_value(), make_flag(seq_, inline_signature(other)), waited);
     const bool out_of_time = policy_.timeout_ns != 0 && waited >= policy_.timeout_ns;
     const bool out_of_polls = policy_.max_polls != 0 && polls >= policy_.max_polls;
     if (out_of_time || out_of_polls) return fail(failure_kind::timeout, peer, channel, inline_flag(), other, waited);
@@ -214,7 +219,7 @@ class session {
     if (flag_seq(seen) != seq_ || seen == flag_unset) return true;
     const std::uint32_t sig = flag_signature(seen);
     if (!is_abort(sig)) return true;
-    return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, flag_value(), seen, 0, true);
+    return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, flag_value(), seen, 0, true, abort_reporter(sig));
   }
 
   /// Every team thread calls with its own verdict; the team-wide verdict (on failure the team tells every peer
@@ -247,28 +252,41 @@ class session {
   /// A failed part never calls finish (the rank is poisoned and every later call is a no-op).
   /// The barrier comes after the stores: a team that runs this part again in the same kernel (two calls of the
   /// in-kernel API) must read the advanced entry in every thread's enter(), not the old one in some.
+  ///
+  /// At the scrub points (scrub_point) the part first clears, in this rank's window, the flag words of this slot
+  /// in the parts it is responsible for (every channel): a word a call did not use keeps its value, and 2^32 calls
+  /// later the same sequence number comes back (flag_seq is 32 bits), so a word from then would be taken for
+  /// this call's — a stale flag accepted, or a false mismatch. Clearing every word of each slot once per 2^31
+  /// calls rules it out; docs/design.md ("Sequence wrap") has the argument that nothing live is cleared.
   ROCENANTE_HOST_DEVICE void finish(std::uint32_t parts) {
     const std::uint32_t limit = h_.layout().max_parts;
+    if (scrub_point(seq_)) [[unlikely]]
+      scrub(parts);
     for (std::uint32_t p = part_ + static_cast<std::uint32_t>(team_.thread()) * parts; p < limit;
          p += static_cast<std::uint32_t>(team_.size()) * parts)
       detail::store_relaxed<std::uint32_t, state_scope>(&state_->seq[p], seq_ + 1u);  // wraps at 2^32 by design
     team_.sync();
   }
 
+  /// Whether the call at `seq` clears its slot's unused flag words (session::finish): twice every 2^31 calls,
+  /// once per slot (sequences 0, 1, 2^31 and 2^31 + 1 modulo 2^32).
+  ROCENANTE_HOST_DEVICE static constexpr bool scrub_point(std::uint32_t seq) { return (seq & 0x7ffffffeu) == 0; }
+
   /// A rank that rejects a call (bad input seen only here, or any local refusal) still takes its place in the
   /// sequence, so that its peers — which may already be inside this collective — fail at once instead of
-  /// pairing their call with this rank's next one (HAZARDS #7, #17): every team thread calls; the team publishes
+  /// pairing their call with this rank's next one (hazards H7, H17): every team thread calls; the team publishes
   /// the abort flag (abort_peers) and the rank is poisoned with `rec`.
   ROCENANTE_HOST_DEVICE void reject(failure_record rec) {
-    abort_peers(rec.kind, rec.peer, /*all_parts=*/true);
+    abort_peers(rec.kind, rec.peer, h_.rank(), /*all_parts=*/true);
     if (team_.thread() == 0) {
       rec.seq = seq_;
       rec.slot = slot();
+      rec.reporter = h_.rank();
       poison(state_, rec, mirror_);
     }
   }
 
-  /// Every team thread calls: write the abort flag (seq, abort_signature(kind, suspect)) into every channel of
+  /// Every team thread calls: write the abort flag (seq, abort_signature(kind, suspect, reporter)) into every channel of
   /// this sequence's slot at every peer — of every part when `all_parts`, else of this part only. Used when this
   /// rank refuses a call and when one of its waits failed, so that a failure reaches every rank at once — in a
   /// ring, a rank waits only for its neighbour, and without this a failure would travel one timeout per hop.
@@ -281,9 +299,10 @@ class session {
   /// The host executor runs parts one after another on one thread, and the reject kernel runs alone on its
   /// stream, so those write every part. The first post that fails (a full queue behind a stalled proxy) ends the
   /// loop: each further post would wait out the same timeout.
-  ROCENANTE_HOST_DEVICE void abort_peers(std::uint32_t kind, int suspect, bool all_parts = !parts_run_concurrently) {
+  ROCENANTE_HOST_DEVICE void abort_peers(std::uint32_t kind, int suspect, int reporter,
+                                         bool all_parts = !parts_run_concurrently) {
     const auto& l = h_.layout();
-    const std::uint64_t value = make_flag(seq_, abort_signature(kind, suspect));
+    const std::uint64_t value = make_flag(seq_, abort_signature(kind, suspect, reporter));
     const bool own_only = Handle::shared_staging && !all_parts;
     const std::uint64_t parts_here = own_only ? 1 : std::uint64_t{l.max_parts};
     const std::uint64_t per_peer = parts_here * l.channels;
@@ -311,7 +330,8 @@ class session {
   ROCENANTE_HOST_DEVICE bool fail_on_foreign_word(int peer, std::uint32_t channel, std::uint64_t expected, std::uint64_t seen,
                                                   std::uint64_t waited) {
     const std::uint32_t sig = flag_signature(seen);
-    if (is_abort(sig)) return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true);
+    if (is_abort(sig))
+      return fail(relayed_kind(abort_kind(sig)), abort_rank(sig), channel, expected, seen, waited, true, abort_reporter(sig));
     return fail(failure_kind::mismatch, peer, channel, expected, seen, waited);
   }
 
@@ -325,12 +345,32 @@ class session {
       p = detail::load_acquire<std::uint32_t, state_scope>(&state_->poison);
     const bool known = p == poisoned;
     abort_peers(known ? state_->failure.kind : static_cast<std::uint32_t>(failure_kind::timeout),
-                known ? state_->failure.peer : h_.rank());
+                known ? state_->failure.peer : h_.rank(), known ? state_->failure.reporter : h_.rank());
     return false;
   }
 
+  /// Part p clears this slot's flag words of parts p, p + parts, ... (every channel) in this rank's window.
+  /// Nothing of an earlier call is still in flight into them, and peers write this slot again only at the next
+  /// call but one, after this rank's next flags (docs/design.md, "Sequence wrap", has the argument).
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD void scrub(std::uint32_t parts) {
+    const auto& l = h_.layout();
+    const std::uint64_t per_part = l.channels;
+    const std::uint64_t mine = (l.max_parts - part_ + parts - 1) / parts;  // parts p, p + parts, ... below max_parts
+    // This sequence with the unset tag: no call's word, and its low half is a finished sequence, so a flag
+    // written later in two halves (ibverbs) never pairs a new half with a current-looking old one.
+    const std::uint64_t scrubbed = make_flag(seq_, flag_signature(flag_unset));
+    for (std::uint64_t w = static_cast<std::uint64_t>(team_.thread()); w < mine * per_part;
+         w += static_cast<std::uint64_t>(team_.size())) {
+      const std::uint32_t part = part_ + static_cast<std::uint32_t>(w / per_part) * parts;
+      const std::uint32_t channel = static_cast<std::uint32_t>(w % per_part);
+      detail::store_relaxed(h_.local_flag(l.flag_index(slot(), part, channel)), scrubbed);
+    }
+  }
+
+  /// `relayed`: learned from a peer's abort flag, whose detector is `reporter` (-1: unknown); else this rank
+  /// detected the failure.
   ROCENANTE_HOST_DEVICE bool fail(failure_kind kind, int peer, std::uint32_t channel, std::uint64_t expected,
-                                  std::uint64_t seen, std::uint64_t waited, bool relayed = false) {
+                                  std::uint64_t seen, std::uint64_t waited, bool relayed = false, int reporter = -1) {
     failure_record rec{};
     rec.kind = static_cast<std::uint32_t>(kind);
     rec.peer = peer;
@@ -342,9 +382,15 @@ class session {
     rec.observed = seen;
     rec.waited_ns = waited;
     rec.relayed = relayed ? 1u : 0u;
+    rec.reporter = relayed ? reporter : h_.rank();
     poison(state_, rec, mirror_);
     return false;
   }
+
+  static constexpr std::uint32_t inline_mul = 0x9E3779B1u;
+  static constexpr std::uint32_t inline_zero = 1u << 20;
+  static_assert(inline_zero <= count_field_mask && (ll_max_bytes >> 1) < inline_zero,
+                "inline_zero must be a count bit that no LL call sets");
 
   Team& team_;
   Handle& h_;

@@ -31,7 +31,7 @@ struct failure_record {
   std::uint64_t observed;  ///< flag word seen last
   std::uint64_t waited_ns; ///< how long the wait lasted
   std::uint32_t relayed;   ///< 1 when this rank learned of the failure from a peer's abort flag
-  std::uint32_t reserved;
+  std::int32_t reporter;   ///< the rank that detected the failure (this rank, unless relayed)
 };
 
 /// poison values
@@ -87,7 +87,7 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_poisoned(rank_state* s) {
 /// Record a failure and poison the rank. Only the first caller's record is kept; later callers return false.
 /// `mirror`, when not null, receives a copy of the record and the poison word: GPU communicators keep their
 /// state in device memory (fast to poll) and a mirror in host-mapped memory, so that the host can read the
-/// health of a rank without synchronizing the device (HAZARDS #13).
+/// health of a rank without synchronizing the device (hazard H13).
 ROCENANTE_HOST_DEVICE ROCENANTE_COLD bool poison(rank_state* s, const failure_record& rec, rank_state* mirror = nullptr) {
   if (!detail::compare_exchange<std::uint32_t, state_scope>(&s->poison, healthy, poisoning)) return false;
   s->failure = rec;

@@ -7,6 +7,8 @@
 //     typename R::accum_type          type sums are carried in (float for every built-in reduction)
 //     R::name                         printable name ("fp32", "fp16", "bf16")
 //     R::dtype_id                     small integer identifying the element type on the wire (see dtype)
+//     R::op_id                        the operator on the wire (see reduce_op): a rank summing and a rank taking
+//                                     the maximum at one sequence fail with status::mismatch
 //     R::block_scaled                 true for block-scaled formats (NVFP4); such types need a codec
 //     R::lossy_per_hop                true when forwarding a partial result loses precision (ring must refuse)
 //     R::to_accum(value_type)         exact widening to the accumulator
@@ -42,11 +44,27 @@ ROCENANTE_HOST_DEVICE constexpr const char* to_string(dtype t) noexcept {
 
 namespace reduce {
 
+/// Reduction operators known to the wire format (3 bits of the flag signature, protocol/flags.hpp). Only `sum`
+/// has built-in reductions; the other ids are reserved so that a reduction added later carries a fixed id.
+/// All-gathers carry `sum` (0).
+enum class reduce_op : std::uint8_t { sum = 0, max = 1, min = 2, prod = 3 };
+
+ROCENANTE_HOST_DEVICE constexpr const char* to_string(reduce_op o) noexcept {
+  switch (o) {
+    case reduce_op::sum: return "sum";
+    case reduce_op::max: return "max";
+    case reduce_op::min: return "min";
+    case reduce_op::prod: return "prod";
+  }
+  return "unknown";
+}
+
 template <class R>
 concept reduction =
     requires(typename R::value_type v, typename R::accum_type a) {
       { R::name } -> std::convertible_to<const char*>;
       { R::dtype_id } -> std::convertible_to<dtype>;
+      { R::op_id } -> std::convertible_to<reduce_op>;
       { R::block_scaled } -> std::convertible_to<bool>;
       { R::lossy_per_hop } -> std::convertible_to<bool>;
       { R::to_accum(v) } -> std::same_as<typename R::accum_type>;
@@ -63,6 +81,8 @@ constexpr bool check_reduction() {
                 "reduction is missing `static constexpr const char* name`");
   static_assert(requires { { R::dtype_id } -> std::convertible_to<dtype>; },
                 "reduction is missing `static constexpr dtype dtype_id`");
+  static_assert(requires { { R::op_id } -> std::convertible_to<reduce_op>; },
+                "reduction is missing `static constexpr reduce_op op_id` (the operator its flags carry)");
   static_assert(requires { { R::block_scaled } -> std::convertible_to<bool>; } &&
                     requires { { R::lossy_per_hop } -> std::convertible_to<bool>; },
                 "reduction is missing the traits `block_scaled` and `lossy_per_hop`");

@@ -1,7 +1,7 @@
 // reduce/packet.hpp — 16-byte packets of elements and their fp32 accumulators, with the loads and stores
 // every algorithm uses. Slot memory is always 16-byte aligned and padded to whole packets; user buffers are
 // not: `load_user` / `store_user` handle any alignment and a partial last packet (count not a multiple of
-// the packet), so a misaligned pointer or an odd count is served, never declined (HAZARDS #7, #16, #17).
+// the packet), so a misaligned pointer or an odd count is served, never declined (hazards H7, H16, H17).
 #pragma once
 
 #include <cstddef>

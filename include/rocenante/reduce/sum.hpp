@@ -11,7 +11,32 @@
 namespace rocenante::reduce {
 
 template <class T>
-struct sum;  // primary template: only the specialisations below exist
+inline constexpr bool has_sum = false;
+template <>
+inline constexpr bool has_sum<float> = true;
+template <>
+inline constexpr bool has_sum<__half> = true;
+template <>
+inline constexpr bool has_sum<__nv_bfloat16> = true;
+
+/// Only the specialisations below are reductions. The primary template says so in one message, and is complete
+/// (members of the right shape, never usable: the assert fails first) so that no second error follows it.
+template <class T>
+struct sum {
+  static_assert(has_sum<T>,
+                "rocenante: no sum reduction for this element type; supported element types are float (fp32), "
+                "__half (fp16) and __nv_bfloat16 (bf16), and NVFP4 on the wire via reduce::nvfp4_sum<T>");
+  using value_type = T;
+  using accum_type = float;
+  static constexpr const char* name = "unsupported";
+  static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce_op op_id = reduce_op::sum;
+  static constexpr bool block_scaled = false;
+  static constexpr bool lossy_per_hop = false;
+  ROCENANTE_HOST_DEVICE static float to_accum(T) { return 0.0f; }
+  ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
+  ROCENANTE_HOST_DEVICE static T from_accum(float) { return T{}; }
+};
 
 template <>
 struct sum<float> {
@@ -19,6 +44,7 @@ struct sum<float> {
   using accum_type = float;
   static constexpr const char* name = "fp32";
   static constexpr dtype dtype_id = dtype::f32;
+  static constexpr reduce_op op_id = reduce_op::sum;
   static constexpr bool block_scaled = false;
   static constexpr bool lossy_per_hop = false;
   ROCENANTE_HOST_DEVICE static constexpr float to_accum(float v) { return v; }
@@ -32,6 +58,7 @@ struct sum<__half> {
   using accum_type = float;
   static constexpr const char* name = "fp16";
   static constexpr dtype dtype_id = dtype::f16;
+  static constexpr reduce_op op_id = reduce_op::sum;
   static constexpr bool block_scaled = false;
   static constexpr bool lossy_per_hop = false;
   ROCENANTE_HOST_DEVICE static float to_accum(__half v) { return __half2float(v); }
@@ -45,6 +72,7 @@ struct sum<__nv_bfloat16> {
   using accum_type = float;
   static constexpr const char* name = "bf16";
   static constexpr dtype dtype_id = dtype::bf16;
+  static constexpr reduce_op op_id = reduce_op::sum;
   static constexpr bool block_scaled = false;
   static constexpr bool lossy_per_hop = false;
   ROCENANTE_HOST_DEVICE static float to_accum(__nv_bfloat16 v) { return __bfloat162float(v); }

@@ -1,5 +1,7 @@
-// transport/cuda_window.hpp — windows in GPU memory for the loopback transport on GPUs (ranks in one process,
-// several on one GPU or one per GPU with peer access). Host-side set-up code; needs the CUDA runtime.
+// transport/cuda_window.hpp — memory for GPU kernels' transports: windows in GPU memory for the loopback transport
+// (ranks in one process, several on one GPU or one per GPU with peer access), and host-mapped memory (cuda_mapping)
+// for the proxy-mode transports (loopback_proxy, socket; ibverbs in transport/cuda_ibverbs.hpp). Host-side set-up
+// code; needs the CUDA runtime.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,6 +15,7 @@
 #include "../protocol/layout.hpp"
 #include "loopback.hpp"
 #include "loopback_proxy.hpp"
+#include "socket.hpp"
 
 namespace rocenante::transport {
 
@@ -70,5 +73,11 @@ struct cuda_mapping {
 
 using cuda_loopback_proxy = basic_loopback_proxy<cuda_mapping>;
 static_assert(check_transport<cuda_loopback_proxy>());
+
+/// The proxy path between processes without an RDMA device: GPU kernels stage into host-mapped memory and ring
+/// the doorbell, the proxy thread sends each descriptor's bytes over TCP, the peer's receiver thread writes them
+/// into its host-mapped window and then the flag its kernel waits on (transport/socket.hpp).
+using cuda_socket = basic_socket<cuda_mapping>;
+static_assert(check_transport<cuda_socket>());
 
 }  // namespace rocenante::transport

@@ -93,8 +93,6 @@ template <class Window>
 class basic_loopback {
  public:
   static constexpr const char* name = "loopback";
-  /// Every rank lives in this process (and shares its CUDA context when on a GPU).
-  static constexpr bool ranks_share_process = true;
   using handle_type = direct_handle;
   using window_type = Window;
 

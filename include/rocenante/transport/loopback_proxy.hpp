@@ -30,8 +30,6 @@ template <class Mapping>
 class basic_loopback_proxy {
  public:
   static constexpr const char* name = "loopback_proxy";
-  /// Every rank lives in this process (and shares its CUDA context when on a GPU).
-  static constexpr bool ranks_share_process = true;
   using handle_type = proxy_handle;
 
   /// Collective: every rank calls. Starts this rank's proxy thread.

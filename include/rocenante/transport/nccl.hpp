@@ -11,7 +11,7 @@
 // NCCL makes every rank throw transport_error ("NCCL unavailable on rank q: ...") instead of leaving its peers
 // inside ncclCommInitRank. (A rank that dies *inside* ncclCommInitRank is NCCL's to detect.)
 // Failure: a call NCCL rejects returns status::internal with NCCL's message, poisons this object (every later call
-// returns status::poisoned: fail-stop, no switch of transport, HAZARDS #12/#15), and the destructor then aborts the
+// returns status::poisoned: fail-stop, no switch of transport, hazards H12/H15), and the destructor then aborts the
 // NCCL communicator instead of destroying it. check_health() reads ncclCommGetAsyncError without synchronising.
 // Limits (NCCL's, not hidden): a rank that refuses a call locally cannot tell its peers to abort, as the library's
 // own protocol does: those peers wait inside NCCL. So this object forwards every call to NCCL and leaves argument

@@ -4,7 +4,7 @@
 // and then sets the peer's flag. This is the DGX Spark path: windows in pinned host memory that the GPU reads
 // in place, a doorbell the kernel rings, a proxy that posts.
 //
-// Posting (HAZARDS #1, #2): one descriptor queue per part, a single producer per queue (the team's thread 0),
+// Posting (hazards H1, H2): one descriptor queue per part, a single producer per queue (the team's thread 0),
 // one consumer (the proxy). A descriptor is published by writing its stamp (= ticket + 1) last, with release.
 // The proxy consumes every descriptor from its tail up to the last published one, in order, so a proxy that
 // slept across several doorbells catches up on all of them — it never sees only "the newest sequence".
@@ -125,7 +125,7 @@ struct proxy_handle {
   }
 };
 
-/// How the proxy waits when there is nothing to post (HAZARDS #20): spin keeps the latency of a doorbell at a
+/// How the proxy waits when there is nothing to post (hazard H20): spin keeps the latency of a doorbell at a
 /// memory read but burns a core; yield gives the core away between polls; sleep adds a scheduler wake-up to
 /// the first collective after an idle period.
 struct idle_policy {
@@ -203,8 +203,8 @@ struct proxy_stats {
 
 /// The proxy thread of one rank. `start(owner, ...)` runs, until `stop()`:
 ///   owner->progress()                      (optional) once per poll, before the queues are read
-///   drain_queues(..., owner->post_one)     every published descriptor, in ticket order (HAZARDS #1)
-///   the idle policy when a poll found nothing (HAZARDS #20); a paused proxy posts nothing
+///   drain_queues(..., owner->post_one)     every published descriptor, in ticket order (hazard H1)
+///   the idle policy when a poll found nothing (hazard H20); a paused proxy posts nothing
 /// and at stop: owner->before_final_drain() (optional), one last drain of what the producer already published
 /// (peers may be waiting for it), owner->after_final_drain() (optional); then the thread returns. The producer
 /// has stopped by then, so the final drain is finite; the hooks must bound their own waits.

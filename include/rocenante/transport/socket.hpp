@@ -2,7 +2,7 @@
 // what every rank can use when RDMA cannot be (no device, a device DOWN, a cut between ring neighbours) and the
 // ranks are not all threads of one process. It plugs into the transport concept exactly as the loopback proxy
 // and the ibverbs transport do: the collective stages its bytes in this rank's staging area and posts a
-// descriptor; the shared proxy thread (transport/proxy.hpp) drains every queue in ticket order (HAZARDS #1) and
+// descriptor; the shared proxy thread (transport/proxy.hpp) drains every queue in ticket order (hazard H1) and
 // `post_one` sends the descriptor as one frame on this rank's connection to the peer:
 //
 //   frame = header {magic, slot, offset, bytes, flag_index, flag_value} (40 bytes) + `bytes` bytes of payload
@@ -13,7 +13,7 @@
 // into its own window at the same offset, and only when the last payload byte is in, release-stores
 // `flag_value` into flag word `flag_index`.
 //
-// Ordering (HAZARDS #4) — why a rank that sees the flag sees the payload: TCP delivers the bytes of one
+// Ordering (hazard H4) — why a rank that sees the flag sees the payload: TCP delivers the bytes of one
 // connection in order and exactly once, so the payload of a frame is read before anything that follows it, and
 // the receiver thread stores the flag only after its recv() calls have returned every payload byte into the
 // window. Those copies are the receiver thread's own writes (the kernel copies into user memory inside the
@@ -47,7 +47,8 @@
 // peer that stops reading (SIGSTOP) stalls this rank's proxy once its socket buffers are full, for at most the
 // timeout; then the peer is failed.
 //
-// Host executor only (plain host memory); IPv4 only. Memory per rank: the window and a staging area of
+// The host executor's `socket` and the GPU executor's `cuda_socket` (transport/cuda_window.hpp, host-mapped memory:
+// the whole proxy path between processes on a GPU machine without an RDMA device); IPv4 only. Memory per rank: the window and a staging area of
 // layout().total_bytes() each, post queues, and the kernel's socket buffers for 2 (n-1) connections.
 #pragma once
 
@@ -111,7 +112,7 @@ inline std::string check_frame(const frame& f, const protocol::window_layout& la
 /// Configuration of the socket transport beyond options: from the environment by default.
 struct socket_config {
   env::socket_ifname ifname;  ///< ROCENANTE_SOCKET_IFNAME; empty: the default (socket/net.hpp, choose_address)
-  idle_policy idle{};         ///< the proxy's idle policy (HAZARDS #20)
+  idle_policy idle{};         ///< the proxy's idle policy (hazard H20)
 
   /// ROCENANTE_SOCKET_IFNAME from the environment (config_error naming it when the value is bad).
   static socket_config from_env() {
@@ -128,20 +129,24 @@ struct socket_stats : proxy_stats {
   std::uint64_t send_waits = 0;       ///< frames that found a connection's send buffer full
 };
 
-class socket {
+/// Over `Mapping`'s memory: host_mapping (the host executor: plain host memory) or, in transport/cuda_window.hpp,
+/// cuda_mapping (GPU kernels: window, staging and post queues in pinned host-mapped memory that the kernel reads
+/// and writes in place, as with the ibverbs transport; the receiver thread writes payload and flags there).
+template <class Mapping>
+class basic_socket {
  public:
   static constexpr const char* name = "socket";
   using handle_type = proxy_handle;
 
   /// Collective: every rank calls. Configuration from ROCENANTE_SOCKET_IFNAME.
-  socket(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts)
-      : socket(boot, layout, opts, socket_config::from_env()) {}
+  basic_socket(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts)
+      : basic_socket(boot, layout, opts, socket_config::from_env()) {}
 
   /// Collective: every rank calls. Listens, exchanges connection cards through `boot`, connects every pair
   /// (bounded by options::timeout_ns), starts the receiver and proxy threads. A failure on any rank before the
   /// connections (no matching interface, bind/listen failed, a bad card) fails set-up on every rank with a
   /// transport_error naming that rank; a pair that does not connect is marked (reachable()).
-  socket(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts, socket_config cfg)
+  basic_socket(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts, socket_config cfg)
       : layout_(layout), cfg_(std::move(cfg)), timeout_ns_(opts.timeout_ns), me_(boot.rank()),
         n_(check_ranks(boot.size())), mem_(layout) {
     const std::uint64_t bytes = layout.total_bytes();
@@ -170,12 +175,12 @@ class socket {
     proxy_.start(this, mem_.queue_array(), layout_.max_parts, cfg_.idle);
   }
 
-  socket(const socket&) = delete;
-  socket& operator=(const socket&) = delete;
+  basic_socket(const basic_socket&) = delete;
+  basic_socket& operator=(const basic_socket&) = delete;
 
   /// Sends what this rank already published (peers may wait for it; each send bounded by min(timeout, 1 s)),
   /// stops the proxy, then the receiver, and closes every connection. Returns promptly with dead peers.
-  ~socket() {
+  ~basic_socket() {
     proxy_.stop();
     rx_stop_.store(true, std::memory_order_release);
     if (receiver_.joinable()) receiver_.join();
@@ -183,7 +188,7 @@ class socket {
 
   handle_type handle() const { return handle_; }
 
-  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; HAZARDS #1).
+  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; hazard H1).
   void pause() { proxy_.pause(); }
   void resume() { proxy_.resume(); }
 
@@ -634,7 +639,7 @@ class socket {
   socket_config cfg_;
   std::uint64_t timeout_ns_;
   int me_ = 0, n_ = 0;
-  proxy_memory<host_mapping> mem_;
+  proxy_memory<Mapping> mem_;
   sock::address_choice choice_;
   std::uint16_t port_ = 0;
   sock::fd listen_;
@@ -660,6 +665,8 @@ class socket {
   std::thread receiver_;
   proxy_thread proxy_;  // last member: stopped first
 };
+/// The host executor's socket transport.
+using socket = basic_socket<host_mapping>;
 static_assert(check_transport<socket>());
 
 }  // namespace rocenante::transport

@@ -1,6 +1,6 @@
 // transport/ibverbs/device.hpp — RDMA device discovery and checks for the ibverbs transport: configuration from
 // the environment, opening the devices named by ROCENANTE_IB_HCA, the port state, the active MTU and the GID
-// (HAZARDS #19). Every failure is a transport_error whose message names the device and says what to do.
+// (hazard H19). Every failure is a transport_error whose message names the device and says what to do.
 //
 // Environment (docs/operations.md has the full table):
 //   ROCENANTE_IB_HCA         devices, comma separated, each optionally ":port" (default: the first device with
@@ -212,7 +212,7 @@ inline std::string gid_type(const verbs_api& api, const device_info& d, int i) {
   return "";
 }
 
-/// Opens device `name` and checks it (HAZARDS #19): the port is ACTIVE, its link layer is Ethernet (RoCE), and the
+/// Opens device `name` and checks it (hazard H19): the port is ACTIVE, its link layer is Ethernet (RoCE), and the
 /// GID (explicit `gid_index`, or the first RoCE v2 IPv4 one) is non-zero. Throws transport_error naming the device.
 inline device_info open_device(const std::string& name, int port, int gid_index) {
   const verbs_load& v = verbs();

@@ -1,7 +1,7 @@
 // transport/ibverbs/transport.hpp — the RDMA transport: RC queue pairs over libibverbs, driven by a CPU proxy
 // thread. It plugs into the transport concept exactly as the loopback proxy does (transport/loopback_proxy.hpp):
 // the collective stages its bytes in a registered staging area and posts a descriptor on its part's queue; one
-// proxy thread per rank drains every queue in ticket order (catch-up by construction, HAZARDS #1) and turns each
+// proxy thread per rank drains every queue in ticket order (catch-up by construction, hazard H1) and turns each
 // descriptor into RDMA WRITEs. `post_one` is the only step that differs from the loopback proxy.
 //
 // One descriptor = three RDMA WRITEs on one RC queue pair, chained in one ibv_post_send:
@@ -9,9 +9,10 @@
 //                      when bytes == 0, e.g. abort flags)
 //   2. flag, high half: 4 bytes (the call signature) of a registered flag-source ring entry -> flag word + 4
 //   3. flag, low half:  4 bytes (the sequence number) -> flag word + 0                          (signalled)
-// HAZARDS #4: the flag travels behind the payload on the same RC queue pair, not packed into the data. RC
-// executes and places the RDMA WRITEs of one queue pair in order at the responder, and memory is registered
-// without IBV_ACCESS_RELAXED_ORDERING, so a peer that sees the flag also sees the payload. Packing flags into the
+// Hazard H4: the flag travels behind the payload on the same RC queue pair, not packed into the data. RC executes and
+// places the RDMA WRITEs of one queue pair in order at the responder, and the window is registered without
+// IBV_ACCESS_RELAXED_ORDERING, so a peer that sees the flag also sees the payload: ib::ordering states the set-up,
+// ib::ordering_violation refuses any other (at compile time for the constants, at start-up for each queue pair). Packing flags into the
 // data (NCCL LL/LL128) would change the window layout every transport shares and cost 1/16 to 1/2 of the
 // bandwidth; separate writes cost small extra packets per descriptor. (GPUDirect into GPU memory would need a
 // flush or the PCIe ordering attribute; this transport registers host memory only: plain or pinned host-mapped.)
@@ -30,7 +31,7 @@
 // completion retires every earlier request of the queue pair. Out of credits, the proxy polls the completion queue
 // (stop is honoured: at teardown it gives up after the drain deadline).
 //
-// Failure (HAZARDS #14): a completion error (IBV_WC_RETRY_EXC_ERR when a peer died, remote access errors, ...)
+// Failure (hazard H14): a completion error (IBV_WC_RETRY_EXC_ERR when a peer died, remote access errors, ...)
 // marks the queue pair failed and records a message naming the peer and the device. From then on the proxy posts
 // nothing to that peer and writes abort words naming it into this rank's own flags for the sequence it is posting
 // and the next one, so the rank's current wait fails at once through the protocol's fail-stop path
@@ -42,7 +43,7 @@
 // connectivity report (one_shot refused, ring allowed when only neighbours connect), and only a descriptor that
 // needs the pair fails the rank, naming the peer.
 //
-// Memory (HAZARDS #21): per rank, the window (layout().total_bytes(), registered LOCAL_WRITE | REMOTE_WRITE, never
+// Memory (hazard H21): per rank, the window (layout().total_bytes(), registered LOCAL_WRITE | REMOTE_WRITE, never
 // REMOTE_READ), a staging area of the same size (local access only), post queues (max_parts x 3,200 B) and a flag
 // ring of 8 x send_depth bytes per peer per device.
 #pragma once
@@ -78,6 +79,36 @@ namespace ib {
 /// Version of the connection card below; ranks with different versions refuse to connect.
 inline constexpr std::uint32_t card_version = 1;
 inline constexpr std::uint32_t card_magic = 0x52434e56;  // "RCNV"
+
+/// The verbs set-up the protocol's write ordering rests on (docs/design.md, "RDMA write ordering"): a waiter that
+/// reads a flag word reads its payload next, with no completion at the responder, so the payload's RDMA WRITE
+/// must be placed in the window before the flag's, and the flag's two halves in the order they were posted.
+struct ordering_setup {
+  int window_access;  ///< ibv_reg_mr access flags of the window (the memory peers write into)
+  int qp_type;        ///< ibv_qp_type of every queue pair
+  int qps_per_route;  ///< queue pairs one descriptor's writes may be spread over (per peer and device)
+};
+
+/// What this transport does: strict (non-relaxed) ordering on the window, RC, one queue pair per peer and device
+/// carrying a descriptor's payload and flag in one ibv_post_send chain.
+inline constexpr ordering_setup ordering{IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC, 1};
+
+/// Why `s` would let a peer see a flag before its payload; nullptr when it would not.
+constexpr const char* ordering_violation(const ordering_setup& s) {
+  if (s.window_access & IBV_ACCESS_RELAXED_ORDERING)
+    return "the window is registered with IBV_ACCESS_RELAXED_ORDERING, which lets the NIC and PCIe place RDMA "
+           "WRITEs into it in any order (a flag before its payload); register it without that flag";
+  if ((s.window_access & IBV_ACCESS_REMOTE_WRITE) == 0)
+    return "the window is registered without IBV_ACCESS_REMOTE_WRITE; peers cannot write their payload and flags";
+  if (s.qp_type != IBV_QPT_RC)
+    return "queue pairs are not IBV_QPT_RC: only a reliable connected queue pair places the RDMA WRITEs it carries "
+           "in posting order at the responder";
+  if (s.qps_per_route != 1)
+    return "a descriptor's writes may use more than one queue pair per peer and device; RDMA WRITEs on different "
+           "queue pairs are not ordered, so a payload and its flag must share one";
+  return nullptr;
+}
+static_assert(ordering_violation(ordering) == nullptr, "the ibverbs transport's own set-up must keep the write order");
 
 /// What one rank publishes about one of its devices.
 struct device_card {
@@ -181,7 +212,7 @@ class basic_ibverbs {
   /// Collective: every rank calls. Opens and checks the devices, registers memory, creates one RC queue pair per
   /// peer per device, exchanges connection cards through `boot`, connects, probes every pair (reachable()), and
   /// starts the proxy thread. A failure on any rank fails set-up on every rank (transport_error naming the rank
-  /// and the device): no rank is left waiting for a peer that gave up (HAZARDS #9). A pair that cannot be
+  /// and the device): no rank is left waiting for a peer that gave up (hazard H9). A pair that cannot be
   /// connected or does not answer the probe is not such a failure: it is marked unreachable (see probe_pairs).
   basic_ibverbs(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts,
                 ib::ib_config cfg)
@@ -245,7 +276,7 @@ class basic_ibverbs {
 
   handle_type handle() const { return handle_; }
 
-  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; HAZARDS #1).
+  /// Test hooks: a paused proxy posts nothing (a descheduled proxy; hazard H1).
   void pause() { proxy_.pause(); }
   void resume() { proxy_.resume(); }
 
@@ -409,8 +440,8 @@ class basic_ibverbs {
       const int cqe = static_cast<int>(depth) * (n_ > 1 ? n_ - 1 : 1) + 16;
       r.cq = api.create_cq(r.info.ctx, cqe, nullptr, nullptr, 0);
       if (!r.cq) throw transport_error(where + "ibv_create_cq(" + std::to_string(cqe) + ") failed (" + std::strerror(errno) + ")");
-      // Receive slots: remote write only, never remote read (and no relaxed ordering: HAZARDS #4).
-      r.window_mr = api.reg_mr(r.pd, mem_.window.get(), bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      // Receive slots: remote write only, never remote read, never relaxed ordering (ib::ordering, hazard H4).
+      r.window_mr = api.reg_mr(r.pd, mem_.window.get(), bytes, ib::ordering.window_access);
       if (!r.window_mr)
         throw transport_error(where + "registering the " + std::to_string(bytes) + "-byte window failed (" +
                               std::strerror(errno) + "); raise the locked-memory limit (ulimit -l) or lower capacity_bytes");
@@ -432,7 +463,7 @@ class basic_ibverbs {
         ibv_qp_init_attr ia{};
         ia.send_cq = r.cq;
         ia.recv_cq = r.cq;
-        ia.qp_type = IBV_QPT_RC;
+        ia.qp_type = static_cast<ibv_qp_type>(ib::ordering.qp_type);
         ia.sq_sig_all = 0;
         ia.cap.max_send_wr = static_cast<std::uint32_t>(depth);
         ia.cap.max_recv_wr = 1;
@@ -442,6 +473,9 @@ class basic_ibverbs {
         if (!r.qps[q])
           throw transport_error(where + "ibv_create_qp for rank " + std::to_string(q) + " failed (" +
                                 std::strerror(errno) + "); lower ROCENANTE_IB_SEND_DEPTH");
+        // Start-up check of what the provider actually created (the write order rests on it).
+        if (const char* why = ib::ordering_violation({ib::ordering.window_access, static_cast<int>(r.qps[q]->qp_type), 1}))
+          throw transport_error(where + "queue pair for rank " + std::to_string(q) + ": " + why);
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_INIT;
         a.pkey_index = 0;

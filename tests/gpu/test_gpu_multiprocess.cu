@@ -1,0 +1,613 @@
+// GPU suite, ranks as processes on one GPU: this program re-executes itself once per rank (`--rank SCENARIO`, as
+// tests/host/test_multiprocess.cpp does; rank, size and rank 0's address in ROCENANTE_RANK / ROCENANTE_WORLD_SIZE /
+// ROCENANTE_BOOTSTRAP), every rank builds gpu::selected_communicator with ROCENANTE_TRANSPORT forced to cuda_ipc
+// (GPU windows mapped between the processes) or socket (the proxy path over TCP, host-mapped windows), and the
+// parent checks what each rank printed and how it exited:
+//   - N = 2 and 4: fp32/fp16/bf16 one_shot, ring and all-gather at counts 1, 7, 1003 (not a whole packet), 8 KiB,
+//     48 KiB and 4 MiB, exact against a reference each rank computes and byte-identical across processes (hashes);
+//     1,000 mixed collectives (same seed on every rank); 100 CUDA-graph replays of four collectives with inputs
+//     changed in place between replays, with programmatic launch off and on; the start-up decision line;
+//   - N = 4: rank 2 raises SIGKILL after 50 collectives; every survivor reports rank 2 within timeout + 1 s and
+//     exits 0 after its communicator's destructor returned.
+// Without MPS the processes time-slice the GPU (a rank's kernel spins until its peers' slices come): correctness
+// only, never speed; the program prints whether an MPS daemon was running. It never starts MPS itself.
+//
+// The parent never touches CUDA (fork after CUDA initialisation is undefined): it learns whether a GPU exists from
+// a child (`--rank probe`) and exits 77 with the child's reason where there is none.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <rocenante/bootstrap/tcp.hpp>
+#include <rocenante/gpu/select.hpp>
+
+#include "../host/processes.hpp"
+
+using namespace rocenante;
+using rtest::all_output;
+using rtest::run_world;
+
+namespace {
+
+// ---- the ranks ------------------------------------------------------------------------------------------------
+
+std::uint64_t fnv(const void* p, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  return h;
+}
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+/// Inputs whose sums are exact in every dtype and every summation order: small integers in [-6, 6].
+template <class T>
+T input(int rank, std::size_t i, int round) {
+  return reduce::sum<T>::from_accum(static_cast<float>((rank * 5 + static_cast<int>(i % 11) + round) % 13 - 6));
+}
+template <class T>
+float expected_sum(int n, std::size_t i, int round) {
+  float s = 0;
+  for (int q = 0; q < n; ++q) s += reduce::sum<T>::to_accum(input<T>(q, i, round));
+  return s;
+}
+
+/// What a call runs: a named algorithm, the configured one (ROCENANTE_ALGO, auto by size), or an all-gather.
+enum class op { one_shot, ring, automatic, gather };
+const char* op_name(op k) {
+  switch (k) {
+    case op::one_shot: return "one_shot";
+    case op::ring: return "ring";
+    case op::automatic: return "auto";
+    case op::gather: return "all_gather";
+  }
+  return "?";
+}
+
+template <class T>
+status launch(gpu::selected_communicator& c, op k, const T* in, T* out, std::size_t count, cudaStream_t s) {
+  switch (k) {
+    case op::one_shot: return c.all_reduce(in, out, count, s, algorithm::one_shot{});
+    case op::ring: return c.all_reduce(in, out, count, s, algorithm::ring{});
+    case op::automatic: return c.all_reduce(in, out, count, s);
+    case op::gather: return c.all_gather(in, out, count, s);
+  }
+  return status::internal;
+}
+
+/// Checks the `out_count` elements of a call's output at `got` against the reference; empty or what was wrong.
+template <class T>
+std::string verify(const T* got, op k, int n, std::size_t count, int round) {
+  const std::size_t out_count = k == op::gather ? count * static_cast<std::size_t>(n) : count;
+  for (std::size_t i = 0; i < out_count; ++i) {
+    const float want = k == op::gather ? reduce::sum<T>::to_accum(input<T>(static_cast<int>(i / count), i % count, round))
+                                       : expected_sum<T>(n, i, round);
+    const float have = reduce::sum<T>::to_accum(got[i]);
+    if (have != want)  // NaN (the 0xff poison: an element never written) fails too
+      return "element " + std::to_string(i) + " of " + std::to_string(out_count) + " is " + std::to_string(have) +
+             ", expected " + std::to_string(want);
+  }
+  return {};
+}
+
+/// Device and pinned host buffers of one rank, allocated before the communicator exists: after set-up a rank
+/// makes no device-synchronising call (docs/api.md §5), only async copies and its own stream's synchronize.
+struct rank_buffers {
+  std::size_t capacity = 0;  ///< bytes of one rank's input
+  void *din = nullptr, *dout = nullptr, *hin = nullptr, *hout = nullptr;
+  cudaStream_t stream = nullptr;
+  rank_buffers(std::size_t cap, int n) : capacity(cap) {
+    const std::size_t out_bytes = cap * static_cast<std::size_t>(n);
+    if (cudaMalloc(&din, cap) != cudaSuccess || cudaMalloc(&dout, out_bytes) != cudaSuccess ||
+        cudaMallocHost(&hin, cap) != cudaSuccess || cudaMallocHost(&hout, out_bytes) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+      throw std::runtime_error("buffer allocation failed: " + std::string(cudaGetErrorString(cudaGetLastError())));
+  }
+  ~rank_buffers() {
+    if (stream) cudaStreamDestroy(stream);
+    cudaFree(din);
+    cudaFree(dout);
+    cudaFreeHost(hin);
+    cudaFreeHost(hout);
+  }
+};
+
+/// One collective of `count` elements of T, synchronised and checked exactly; folds the output into `hash`.
+template <class T>
+std::string one_call(gpu::selected_communicator& c, rank_buffers& b, op k, std::size_t count, int round,
+                     std::uint64_t& hash) {
+  const int n = c.size(), me = c.rank();
+  const std::size_t out_count = k == op::gather ? count * static_cast<std::size_t>(n) : count;
+  T* hin = static_cast<T*>(b.hin);
+  T* hout = static_cast<T*>(b.hout);
+  for (std::size_t i = 0; i < count; ++i) hin[i] = input<T>(me, i, round);
+  cudaMemcpyAsync(b.din, hin, count * sizeof(T), cudaMemcpyHostToDevice, b.stream);
+  cudaMemsetAsync(b.dout, 0xff, out_count * sizeof(T), b.stream);  // poison: every element must be written
+  const status st = launch<T>(c, k, static_cast<const T*>(b.din), static_cast<T*>(b.dout), count, b.stream);
+  if (st != status::ok) return std::string("status ") + to_string(st) + ": " + c.last_error();
+  cudaMemcpyAsync(hout, b.dout, out_count * sizeof(T), cudaMemcpyDeviceToHost, b.stream);
+  if (const cudaError_t e = cudaStreamSynchronize(b.stream); e != cudaSuccess)
+    return std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e);
+  if (const host::health h = c.check_health(); !h.ok()) return "health: " + h.message;
+  if (std::string w = verify<T>(hout, k, n, count, round); !w.empty()) return w;
+  hash = fnv(hout, out_count * sizeof(T), hash);
+  return {};
+}
+
+template <class T>
+const char* dtype_name() {
+  return std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, __half> ? "fp16" : "bf16";
+}
+
+/// Every dtype x {one_shot, ring, all-gather} x counts 1, 7, 1003, 8 KiB, 48 KiB, 4 MiB.
+template <class T>
+std::string sweep(gpu::selected_communicator& c, rank_buffers& b, int& calls, std::uint64_t& hash) {
+  const std::size_t counts[] = {1, 7, 1003, (8u << 10) / sizeof(T), (48u << 10) / sizeof(T), (4u << 20) / sizeof(T)};
+  for (std::size_t count : counts)
+    for (op k : {op::one_shot, op::ring, op::gather}) {
+      if (std::string w = one_call<T>(c, b, k, count, calls, hash); !w.empty())
+        return std::string(dtype_name<T>()) + " " + op_name(k) + " count " + std::to_string(count) + ": " + w;
+      ++calls;
+    }
+  return {};
+}
+
+/// 1,000 collectives whose dtype, operation and count come from one seed, the same on every rank.
+std::string mixed(gpu::selected_communicator& c, rank_buffers& b, int& calls, std::uint64_t& hash) {
+  std::mt19937 rng(2026);
+  for (int j = 0; j < 1000; ++j) {
+    const int dtype = static_cast<int>(rng() % 3);
+    const op k = static_cast<op>(rng() % 4);
+    const int size_class = static_cast<int>(rng() % 8);
+    std::size_t count = 0;
+    if (size_class == 0) count = 1 + rng() % 16;
+    else if (size_class == 6) count = 4096;  // 8 KiB of a 16-bit type: the decode size
+    else if (size_class == 7) count = 1 + rng() % 100000;
+    else count = 1 + rng() % 6000;
+    std::string w;
+    if (dtype == 0) w = one_call<float>(c, b, k, count, calls, hash);
+    else if (dtype == 1) w = one_call<__half>(c, b, k, count, calls, hash);
+    else w = one_call<__nv_bfloat16>(c, b, k, count, calls, hash);
+    if (!w.empty())
+      return "mixed call " + std::to_string(j) + " (" + (dtype == 0 ? "fp32" : dtype == 1 ? "fp16" : "bf16") + " " +
+             op_name(k) + " count " + std::to_string(count) + "): " + w;
+    ++calls;
+  }
+  return {};
+}
+
+/// Sets programmatic launch on whichever GPU communicator the vote built (a rank-local setting).
+void set_pdl(gpu::selected_communicator& c, bool on) {
+  if (auto* p = c.get<gpu::selected_communicator::ipc_comm>()) p->set_programmatic_launch(on);
+  if (auto* p = c.get<gpu::selected_communicator::socket_comm>()) p->set_programmatic_launch(on);
+}
+
+/// Four collectives captured into one graph (bf16 auto 8 KiB, fp32 ring 48 KiB + 3, fp16 all-gather 1000, fp32
+/// one_shot 7), replayed `replays` times; before each replay new inputs are copied into the same buffers outside
+/// the graph, and after it every output is checked. Buffers are allocated before the communicator (`b` is used
+/// only for staging).
+struct graph_buffers {
+  static constexpr std::size_t c_bf16 = 4096, c_ring = 12288 + 3, c_gather = 1000, c_small = 7;
+  void *in[4] = {}, *out[4] = {}, *hin[4] = {}, *hout[4] = {};
+  explicit graph_buffers(int n) {
+    const std::size_t in_bytes[4] = {c_bf16 * 2, c_ring * 4, c_gather * 2, c_small * 4};
+    const std::size_t out_bytes[4] = {c_bf16 * 2, c_ring * 4, c_gather * 2 * static_cast<std::size_t>(n), c_small * 4};
+    for (int j = 0; j < 4; ++j)
+      if (cudaMalloc(&in[j], in_bytes[j]) != cudaSuccess || cudaMalloc(&out[j], out_bytes[j]) != cudaSuccess ||
+          cudaMallocHost(&hin[j], in_bytes[j]) != cudaSuccess || cudaMallocHost(&hout[j], out_bytes[j]) != cudaSuccess)
+        throw std::runtime_error("graph buffer allocation failed");
+  }
+  ~graph_buffers() {
+    for (int j = 0; j < 4; ++j) {
+      cudaFree(in[j]);
+      cudaFree(out[j]);
+      cudaFreeHost(hin[j]);
+      cudaFreeHost(hout[j]);
+    }
+  }
+};
+
+std::string graph_replay(gpu::selected_communicator& c, graph_buffers& g, cudaStream_t s, int replays, bool pdl,
+                         std::uint64_t& hash) {
+  using gb = graph_buffers;
+  const int n = c.size(), me = c.rank();
+  set_pdl(c, pdl);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal); e != cudaSuccess)
+    return std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(e);
+  const status st[4] = {
+      launch<__nv_bfloat16>(c, op::automatic, static_cast<__nv_bfloat16*>(g.in[0]), static_cast<__nv_bfloat16*>(g.out[0]), gb::c_bf16, s),
+      launch<float>(c, op::ring, static_cast<float*>(g.in[1]), static_cast<float*>(g.out[1]), gb::c_ring, s),
+      launch<__half>(c, op::gather, static_cast<__half*>(g.in[2]), static_cast<__half*>(g.out[2]), gb::c_gather, s),
+      launch<float>(c, op::one_shot, static_cast<float*>(g.in[3]), static_cast<float*>(g.out[3]), gb::c_small, s)};
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  for (int j = 0; j < 4; ++j)
+    if (st[j] != status::ok) {
+      if (graph) cudaGraphDestroy(graph);
+      return "captured collective " + std::to_string(j) + ": status " + to_string(st[j]) + ": " + c.last_error();
+    }
+  if (end != cudaSuccess) return std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+  if (cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    return std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+  }
+  std::string why;
+  const std::size_t in_bytes[4] = {gb::c_bf16 * 2, gb::c_ring * 4, gb::c_gather * 2, gb::c_small * 4};
+  const std::size_t out_bytes[4] = {gb::c_bf16 * 2, gb::c_ring * 4, gb::c_gather * 2 * static_cast<std::size_t>(n), gb::c_small * 4};
+  for (int rep = 0; rep < replays && why.empty(); ++rep) {
+    const int round = 5000 + rep * 4;  // a different input for each collective and replay
+    for (std::size_t i = 0; i < gb::c_bf16; ++i) static_cast<__nv_bfloat16*>(g.hin[0])[i] = input<__nv_bfloat16>(me, i, round);
+    for (std::size_t i = 0; i < gb::c_ring; ++i) static_cast<float*>(g.hin[1])[i] = input<float>(me, i, round + 1);
+    for (std::size_t i = 0; i < gb::c_gather; ++i) static_cast<__half*>(g.hin[2])[i] = input<__half>(me, i, round + 2);
+    for (std::size_t i = 0; i < gb::c_small; ++i) static_cast<float*>(g.hin[3])[i] = input<float>(me, i, round + 3);
+    for (int j = 0; j < 4; ++j) {
+      cudaMemcpyAsync(g.in[j], g.hin[j], in_bytes[j], cudaMemcpyHostToDevice, s);
+      cudaMemsetAsync(g.out[j], 0xff, out_bytes[j], s);
+    }
+    if (cudaError_t e = cudaGraphLaunch(exec, s); e != cudaSuccess) {
+      why = std::string("cudaGraphLaunch: ") + cudaGetErrorString(e);
+      break;
+    }
+    for (int j = 0; j < 4; ++j) cudaMemcpyAsync(g.hout[j], g.out[j], out_bytes[j], cudaMemcpyDeviceToHost, s);
+    if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess) {
+      why = std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e);
+      break;
+    }
+    if (const host::health h = c.check_health(); !h.ok()) {
+      why = "health: " + h.message;
+      break;
+    }
+    std::string w = verify<__nv_bfloat16>(static_cast<__nv_bfloat16*>(g.hout[0]), op::automatic, n, gb::c_bf16, round);
+    if (w.empty()) w = verify<float>(static_cast<float*>(g.hout[1]), op::ring, n, gb::c_ring, round + 1);
+    if (w.empty()) w = verify<__half>(static_cast<__half*>(g.hout[2]), op::gather, n, gb::c_gather, round + 2);
+    if (w.empty()) w = verify<float>(static_cast<float*>(g.hout[3]), op::one_shot, n, gb::c_small, round + 3);
+    if (!w.empty()) why = "replay " + std::to_string(rep) + ": " + w;
+    for (int j = 0; j < 4 && why.empty(); ++j) hash = fnv(g.hout[j], out_bytes[j], hash);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  set_pdl(c, false);
+  return why;
+}
+
+/// The rank's GPU: device 0 (the acceptance runs every rank on the one GPU).
+void use_gpu() {
+  if (cudaError_t e = cudaSetDevice(0); e != cudaSuccess)
+    throw std::runtime_error(std::string("cudaSetDevice(0): ") + cudaGetErrorString(e));
+}
+
+/// Correctness of one world: the vote, the sweep of every dtype, 1,000 mixed calls, graph replays (PDL off, on).
+int rank_world() {
+  use_gpu();
+  bootstrap::tcp boot = bootstrap::tcp::from_env();
+  const int n = boot.size();
+  constexpr std::size_t capacity = 4u << 20;  // the largest call: 4 MiB per rank
+  rank_buffers b(capacity, n);
+  graph_buffers g(n);
+  options o = gpu::default_options();
+  o.capacity_bytes = capacity;  // ROCENANTE_TIMEOUT_MS from the parent sets the bound
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    gpu::selected_communicator c(boot, o);
+    std::printf("transport=%s\ndecision=%s\nsetup_seconds=%.3f\n", host::to_string(c.transport()),
+                c.selected().summary().c_str(), since(t0));
+    auto fail = [&](const char* phase, const std::string& why) {
+      std::printf("failed=%s: %s\n", phase, why.c_str());
+      return 1;
+    };
+    int calls = 0;
+    std::uint64_t h = 1469598103934665603ull;
+    auto t = std::chrono::steady_clock::now();
+    if (std::string w = sweep<float>(c, b, calls, h); !w.empty()) return fail("sweep", w);
+    if (std::string w = sweep<__half>(c, b, calls, h); !w.empty()) return fail("sweep", w);
+    if (std::string w = sweep<__nv_bfloat16>(c, b, calls, h); !w.empty()) return fail("sweep", w);
+    std::printf("sweep_calls=%d\nsweep_hash=%016llx\nsweep_seconds=%.3f\n", calls, static_cast<unsigned long long>(h), since(t));
+    h = 1469598103934665603ull;
+    const int before = calls;
+    t = std::chrono::steady_clock::now();
+    if (std::string w = mixed(c, b, calls, h); !w.empty()) return fail("mixed", w);
+    std::printf("mixed_calls=%d\nmixed_hash=%016llx\nmixed_seconds=%.3f\n", calls - before, static_cast<unsigned long long>(h), since(t));
+    for (const bool pdl : {false, true}) {
+      h = 1469598103934665603ull;
+      t = std::chrono::steady_clock::now();
+      if (std::string w = graph_replay(c, g, b.stream, 100, pdl, h); !w.empty()) return fail(pdl ? "graph_pdl" : "graph", w);
+      std::printf("%s_replays=100\n%s_hash=%016llx\n%s_seconds=%.3f\n", pdl ? "graph_pdl" : "graph", pdl ? "graph_pdl" : "graph",
+                  static_cast<unsigned long long>(h), pdl ? "graph_pdl" : "graph", since(t));
+    }
+    if (const host::health hh = c.check_health(); !hh.ok()) return fail("health", hh.message);
+  }
+  std::printf("teardown=ok\n");
+  return 0;
+}
+
+/// Rank 2 kills itself with SIGKILL before its 51st collective; the others report it by name within the timeout
+/// (ROCENANTE_TIMEOUT_MS) + 1 s, and their communicator's destructor returns.
+int rank_kill() {
+  use_gpu();
+  bootstrap::tcp boot = bootstrap::tcp::from_env();
+  constexpr std::size_t count = 1024;
+  rank_buffers b(count * sizeof(float), boot.size());
+  options o = gpu::default_options();
+  o.capacity_bytes = 64 << 10;
+  {
+    gpu::selected_communicator c(boot, o);
+    std::printf("transport=%s\n", host::to_string(c.transport()));
+    float* hin = static_cast<float*>(b.hin);
+    float* hout = static_cast<float*>(b.hout);
+    for (std::size_t i = 0; i < count; ++i) hin[i] = 1.0f;
+    cudaMemcpyAsync(b.din, hin, count * sizeof(float), cudaMemcpyHostToDevice, b.stream);
+    auto last_ok = std::chrono::steady_clock::now();
+    for (int k = 0;; ++k) {
+      if (c.rank() == 2 && k == 50) ::raise(SIGKILL);
+      const status st = c.all_reduce(static_cast<const float*>(b.din), static_cast<float*>(b.dout), count, b.stream,
+                                     algorithm::one_shot{});
+      cudaMemcpyAsync(hout, b.dout, count * sizeof(float), cudaMemcpyDeviceToHost, b.stream);
+      const cudaError_t e = cudaStreamSynchronize(b.stream);
+      const host::health h = c.check_health();
+      if (st != status::ok || !h.ok() || e != cudaSuccess) {
+        std::printf("calls_ok=%d\nstatus=%s\ncuda=%s\nwaited=%.3f\nerror=%s\nhealth=%s\n", k, to_string(st),
+                    cudaGetErrorString(e), since(last_ok), c.last_error().c_str(), h.message.c_str());
+        break;
+      }
+      if (hout[0] != static_cast<float>(c.size()) || hout[count - 1] != static_cast<float>(c.size())) {
+        std::printf("wrong=%g at call %d\n", hout[0], k);
+        return 1;
+      }
+      last_ok = std::chrono::steady_clock::now();
+      if (k > 100000) {
+        std::printf("failed=rank 2 never died\n");
+        return 1;
+      }
+    }
+  }
+  std::printf("teardown=ok\n");
+  return 0;
+}
+
+/// Whether this machine has a usable GPU (run in a child: the parent stays CUDA-free). 0: yes; 77: no.
+int rank_probe() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    std::printf("no usable CUDA GPU on this machine (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  cudaDeviceProp p{};
+  cudaGetDeviceProperties(&p, 0);
+  std::printf("GPU: %s (sm_%d%d, %d SMs), %d device(s); every rank runs on device 0\n", p.name, p.major, p.minor,
+              p.multiProcessorCount, count);
+  return 0;
+}
+
+int rank_main(const std::string& scenario) {
+  // Line-buffered: a rank killed by the parent's limit still leaves what it printed so far.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // A lazy kernel load can wait for running kernels (docs/api.md §5); before the first CUDA call.
+  ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  try {
+    if (scenario == "probe") return rank_probe();
+    if (scenario == "world") return rank_world();
+    if (scenario == "kill") return rank_kill();
+  } catch (const std::exception& e) {
+    std::printf("exception=%s\n", e.what());
+    return 2;
+  }
+  std::printf("unknown scenario %s\n", scenario.c_str());
+  return 64;
+}
+
+// ---- the parent -----------------------------------------------------------------------------------------------
+
+/// Runs `--rank probe` in a child and returns its exit code (77 with no GPU) and output; bounded by 120 s.
+int probe_gpu(std::string& out) {
+  char self[4096] = {};
+  if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) {
+    out = "cannot read /proc/self/exe to start the probe";
+    return 1;
+  }
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    out = "pipe() failed for the probe";
+    return 1;
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    out = "fork() failed for the probe";
+    return 1;
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execl(self, self, "--rank", "probe", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (since(t0) > 120) {
+      ::kill(pid, SIGKILL);
+      out += "(the probe did not finish within 120 s)";
+      break;
+    }
+    if (::poll(&p, 1, 1000) <= 0) continue;
+    char buf[512];
+    const ssize_t got = ::read(fds[0], buf, sizeof buf);
+    if (got <= 0) break;
+    out.append(buf, static_cast<std::size_t>(got));
+  }
+  ::close(fds[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/// Whether CUDA MPS serves this machine's processes: a control pipe in CUDA_MPS_PIPE_DIRECTORY (default
+/// /tmp/nvidia-mps) and a running nvidia-cuda-mps-control or -server process. Nothing is started here.
+bool mps_active(std::string& how) {
+  const char* dir_env = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string dir = dir_env && *dir_env ? dir_env : "/tmp/nvidia-mps";
+  const bool pipe = ::access((dir + "/control").c_str(), F_OK) == 0;
+  bool daemon = false;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::ifstream comm(std::string("/proc/") + e->d_name + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name.rfind("nvidia-cuda-mps", 0) == 0) daemon = true;  // comm is cut at 15 characters
+    }
+    ::closedir(d);
+  }
+  bool binary = false;
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin";
+  for (std::size_t at = 0; at <= path.size();) {
+    const std::size_t colon = std::min(path.find(':', at), path.size());
+    const std::string dirp = path.substr(at, colon - at);
+    if (!dirp.empty() && ::access((dirp + "/nvidia-cuda-mps-control").c_str(), X_OK) == 0) binary = true;
+    at = colon + 1;
+  }
+  how = std::string("nvidia-cuda-mps-control ") + (binary ? "found" : "not found") + " in PATH; control pipe " + dir +
+        "/control " + (pipe ? "present" : "absent") + "; MPS daemon " + (daemon ? "running" : "not running");
+  return pipe && daemon;
+}
+
+std::string mps_line() {
+  std::string how;
+  const bool on = mps_active(how);
+  return on ? "MPS: active (" + how + "): the ranks' kernels run concurrently"
+            : "MPS: not active (" + how + "): the processes time-slice the GPU, so this run checks correctness only";
+}
+
+std::map<std::string, std::string> world_env(const std::string& transport, const std::string& timeout_ms) {
+  return {{"ROCENANTE_TRANSPORT", transport},
+          {"ROCENANTE_TIMEOUT_MS", timeout_ms},
+          {"ROCENANTE_DEBUG", "INFO"},
+          {"CUDA_MODULE_LOADING", "EAGER"}};
+}
+
+/// One world of `n` processes over `transport`: every check of the correctness scenario.
+void check_world(const std::string& transport, int n) {
+  MESSAGE(mps_line());
+  // Generous bounds: without MPS a rank's kernel waits for its peers' time slices.
+  const auto rs = run_world("world", n, n, world_env(transport, "60000"), {}, std::chrono::seconds(480));
+  INFO(all_output(rs));
+  REQUIRE(rs.size() == static_cast<std::size_t>(n));
+  MESSAGE("rank 0's start-up decision: " << rs[0].value("decision"));
+  MESSAGE("rank 0: set-up " << rs[0].value("setup_seconds") << " s, sweep " << rs[0].value("sweep_seconds")
+                            << " s, 1,000 mixed " << rs[0].value("mixed_seconds") << " s, 100 graph replays "
+                            << rs[0].value("graph_seconds") << " s (PDL on: " << rs[0].value("graph_pdl_seconds") << " s)");
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(rs[r].exit_code == 0);
+    CHECK(rs[r].value("failed") == "");
+    CHECK(rs[r].value("transport") == transport);
+    // the start-up decision, logged once per rank at INFO
+    CHECK(rs[r].out.find("ROCENANTE INFO transport " + transport + " (ROCENANTE_TRANSPORT=" + transport) != std::string::npos);
+    CHECK(rs[r].value("sweep_calls") == "54");  // 3 dtypes x 6 counts x (one_shot, ring, all-gather)
+    CHECK(rs[r].value("mixed_calls") == "1000");
+    CHECK(rs[r].value("graph_replays") == "100");
+    CHECK(rs[r].value("graph_pdl_replays") == "100");
+    for (const char* key : {"sweep_hash", "mixed_hash", "graph_hash", "graph_pdl_hash"}) {
+      CAPTURE(key);
+      CHECK(rs[r].value(key).size() == 16);
+      CHECK(rs[r].value(key) == rs[0].value(key));  // byte-identical across processes
+    }
+    CHECK(rs[r].value("teardown") == "ok");
+  }
+}
+
+/// Rank 2 of 4 killed with SIGKILL mid-run over `transport`: every survivor names it within timeout + 1 s.
+void check_kill(const std::string& transport) {
+  MESSAGE(mps_line());
+  constexpr double timeout_s = 3.0;
+  const auto rs = run_world("kill", 4, 4, world_env(transport, "3000"), {}, std::chrono::seconds(180));
+  INFO(all_output(rs));
+  REQUIRE(rs.size() == 4);
+  CHECK(rs[2].signal == SIGKILL);
+  for (int r : {0, 1, 3}) {
+    CAPTURE(r);
+    MESSAGE("survivor " << r << ": " << rs[r].value("calls_ok") << " calls ok, failure seen " << rs[r].value("waited")
+                        << " s after the last good call, health: " << rs[r].value("health"));
+    CHECK(rs[r].exit_code == 0);
+    CHECK(rs[r].value("transport") == transport);
+    CHECK(rs[r].value("status") != "");
+    // rank 2's 50th call may already be lost on the proxy path (its proxy can die before posting it)
+    const std::string ok = rs[r].value("calls_ok");
+    CHECK(std::stoi(ok.empty() ? "0" : ok) >= 49);
+    CHECK(rs[r].value("health").find("rank 2") != std::string::npos);
+    const std::string waited = rs[r].value("waited");
+    CHECK(std::stod(waited.empty() ? "99" : waited) < timeout_s + 1.0);
+    CHECK(rs[r].value("teardown") == "ok");  // the destructor returned with a dead peer
+  }
+}
+
+}  // namespace
+
+// Case names have no commas: doctest's -tc takes a comma-separated list (e.g. -tc='socket with 4*').
+TEST_SUITE("gpu.multiprocess") {
+  TEST_CASE("cuda_ipc with 2 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and byte-identical; "
+            "1000 mixed calls; 100 graph replays") {
+    check_world("cuda_ipc", 2);
+  }
+  TEST_CASE("cuda_ipc with 4 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and byte-identical; "
+            "1000 mixed calls; 100 graph replays") {
+    check_world("cuda_ipc", 4);
+  }
+  TEST_CASE("socket (proxy path) with 2 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and "
+            "byte-identical; 1000 mixed calls; 100 graph replays") {
+    check_world("socket", 2);
+  }
+  TEST_CASE("socket (proxy path) with 4 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and "
+            "byte-identical; 1000 mixed calls; 100 graph replays") {
+    check_world("socket", 4);
+  }
+  TEST_CASE("cuda_ipc with 4 processes: rank 2 killed with SIGKILL mid-run is named by every survivor within timeout "
+            "+ 1 s and every survivor exits cleanly") {
+    check_kill("cuda_ipc");
+  }
+  TEST_CASE("socket (proxy path) with 4 processes: rank 2 killed with SIGKILL mid-run is named by every survivor "
+            "within timeout + 1 s and every survivor exits cleanly") {
+    check_kill("socket");
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--rank") return rank_main(argv[2]);
+  std::string probe;
+  const int rc = probe_gpu(probe);
+  while (!probe.empty() && (probe.back() == '\n' || probe.back() == ' ')) probe.pop_back();
+  if (rc == 77) {
+    std::printf("SKIP: %s; the gpu suite runs on the GPU machine (tools/gpu/run.sh test)\n", probe.c_str());
+    return 77;
+  }
+  if (rc != 0) {
+    std::printf("the GPU probe (this program with --rank probe) failed with exit %d: %s\n", rc, probe.c_str());
+    return 1;
+  }
+  std::printf("%s\n%s\n", probe.c_str(), mps_line().c_str());
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

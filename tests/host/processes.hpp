@@ -1,0 +1,164 @@
+// tests/host/processes.hpp — ranks as processes for the test programs: the program re-executes itself once per
+// rank (`PROGRAM --rank SCENARIO`), with ROCENANTE_RANK / ROCENANTE_WORLD_SIZE and ROCENANTE_BOOTSTRAP set as a
+// shell loop or a launcher would, and the parent reads each rank's exit status and output. Host code, included by
+// host and GPU test programs (each has a custom main that dispatches `--rank`).
+#pragma once
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rocenante/transport/socket/net.hpp>
+
+namespace rtest {
+
+struct rank_result {
+  int rank = -1;
+  bool replacement = false;  ///< a process started in place of one that was killed (run_world's restart_killed)
+  int exit_code = -1;      ///< -1: killed by a signal or did not finish
+  int signal = 0;
+  double seconds = 0;      ///< from the start of the world to the exit
+  std::string out;         ///< what the rank printed (stdout and stderr)
+  /// The value of "key=value" on a line of its own in `out` (empty when absent).
+  std::string value(const std::string& key) const {
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+    return {};
+  }
+};
+
+/// A free TCP port on this machine (bound and released; another process could take it in between, which a test
+/// run would report as a bind error naming the port).
+inline std::uint16_t free_port() {
+  rocenante::transport::sock::fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(f.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(f.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  return ntohs(a.sin_port);
+}
+
+/// Starts `started` of a world of `size` ranks running `scenario` (ranks 0..started-1), each with the common
+/// variables, ROCENANTE_RANK / ROCENANTE_WORLD_SIZE, and `per_rank(rank)`'s extra variables; waits at most
+/// `limit` for all of them, kills what is left, and returns each rank's exit and output, in rank order.
+/// `restart_killed(rank)`: called when a rank's process ends by a signal; a non-empty answer is the scenario of a
+/// replacement process started at once for that rank (ROCENANTE_REPLACEMENT=1 added), whose result is appended
+/// after the `started` results, with `rank` and `replacement` set.
+inline std::vector<rank_result> run_world(const std::string& scenario, int size, int started,
+                                          std::map<std::string, std::string> common,
+                                          const std::function<std::map<std::string, std::string>(int)>& per_rank = {},
+                                          std::chrono::seconds limit = std::chrono::seconds(120),
+                                          const std::function<std::string(int)>& restart_killed = {}) {
+  if (!common.count("ROCENANTE_BOOTSTRAP")) common["ROCENANTE_BOOTSTRAP"] = "127.0.0.1:" + std::to_string(free_port());
+  char self[4096] = {};
+  REQUIRE(::readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  const std::string dir = "/tmp/rocenante-mp-" + std::to_string(::getpid()) + "-" + scenario;
+  ::mkdir(dir.c_str(), 0700);
+  struct proc {
+    int rank;
+    pid_t pid;
+    std::string log;
+    bool done = false;
+  };
+  std::vector<proc> procs;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto start = [&](int r, const std::string& what, bool replacement) {
+    std::map<std::string, std::string> vars = common;
+    vars["ROCENANTE_RANK"] = std::to_string(r);
+    vars["ROCENANTE_WORLD_SIZE"] = std::to_string(size);
+    if (per_rank)
+      for (auto& [k, v] : per_rank(r)) vars[k] = v;
+    if (replacement) vars["ROCENANTE_REPLACEMENT"] = "1";
+    const std::string log = dir + "/rank" + std::to_string(r) + (replacement ? "-replacement" : "") + ".log";
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int f = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(f, 1);
+      ::dup2(f, 2);
+      for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+      // variables of a launcher that may surround this test would take precedence over nothing: clear them
+      for (const char* k : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+                            "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"})
+        if (!vars.count(k)) ::unsetenv(k);
+      ::execl(self, self, "--rank", what.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    procs.push_back(proc{r, pid, log});
+  };
+  for (int r = 0; r < started; ++r) start(r, scenario, false);
+  std::vector<rank_result> res;
+  auto left = [&] {
+    return std::count_if(procs.begin(), procs.end(), [](const proc& p) { return !p.done; });
+  };
+  while (left() > 0 && std::chrono::steady_clock::now() - t0 < limit) {
+    for (std::size_t i = 0; i < procs.size(); ++i) {
+      if (procs[i].done) continue;
+      int st = 0;
+      if (::waitpid(procs[i].pid, &st, WNOHANG) != procs[i].pid) continue;
+      procs[i].done = true;
+      rank_result r;
+      r.rank = procs[i].rank;
+      r.replacement = i >= static_cast<std::size_t>(started);
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
+      if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
+      res.push_back(r);
+      if (r.signal != 0 && restart_killed)
+        if (const std::string what = restart_killed(r.rank); !what.empty()) start(r.rank, what, true);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (std::size_t i = 0; i < procs.size(); ++i) {
+    if (procs[i].done) continue;
+    ::kill(procs[i].pid, SIGKILL);
+    ::waitpid(procs[i].pid, nullptr, 0);
+    rank_result r;
+    r.rank = procs[i].rank;
+    r.replacement = i >= static_cast<std::size_t>(started);
+    r.out = "(did not finish within the test's limit)\n";
+    res.push_back(r);
+  }
+  // rank order, replacements last; each result gets its process's output
+  std::stable_sort(res.begin(), res.end(), [](const rank_result& a, const rank_result& b) {
+    return a.replacement != b.replacement ? !a.replacement : a.rank < b.rank;
+  });
+  for (rank_result& r : res) {
+    const auto it = std::find_if(procs.begin(), procs.end(), [&](const proc& p) {
+      return p.rank == r.rank && (p.log.find("-replacement") != std::string::npos) == r.replacement;
+    });
+    std::ifstream in(it->log);
+    r.out += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(it->log.c_str());
+  }
+  ::rmdir(dir.c_str());
+  return res;
+}
+
+inline std::string all_output(const std::vector<rank_result>& rs) {
+  std::string s;
+  for (std::size_t r = 0; r < rs.size(); ++r)
+    s += "--- rank " + std::to_string(rs[r].rank) + (rs[r].replacement ? " (replacement)" : "") + " (exit " + std::to_string(rs[r].exit_code) + ", signal " +
+         std::to_string(rs[r].signal) + ", " + std::to_string(rs[r].seconds) + " s):\n" + rs[r].out;
+  return s;
+}
+
+}  // namespace rtest

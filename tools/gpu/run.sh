@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# tools/gpu/run.sh COMMAND [FLAGS] — builds and runs the GPU suites and benchmarks on a GPU machine and leaves a
+# receipt folder: command.txt (this command line, date), commit, gpu.txt (nvidia-smi, driver, nvcc), summary.log,
+# and every log and JSON the steps wrote.
+#
+# Commands (from the repository root):
+#   deps      on the CPU machine, before going to the GPU machine: fill .deps/ (git-ignored) with what the GPU
+#             machine lacks — doctest's and Google Benchmark's headers, nccl.h, libbenchmark — and .deps/commit
+#             (a .git copied there may be stale). Then carry .deps along with the working tree.
+#   build     configure and build the GPU targets in build-gpu/ (or --build DIR) for sm_90a (or --arch)
+#   test      the gpu suites (collectives, nvfp4, nccl where built), examples 01 and 02, and the ranks-as-processes
+#             suite (multiprocess: up to 500 s without MPS, so run it alone: --tests test_gpu_multiprocess)
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the one-rank subset of the gpu suite (several
+#             ranks on one GPU wait for each other inside their kernels, which the sanitizer serialises)
+#   bench     rocenante-bench-gpu (or --binary) with --filter, --env and --repetitions; JSON in the receipt
+#   receipt   build, then the receipt rows of docs/results/h200-loopback.json (decode sizes with floors, ring, proxy
+#             mode, eager, copy), test, sanitize, the large rows (1-64 MiB), the NVFP4 benchmark, the phase trace,
+#             and receipt.json (the decode and large rows merged by tools/gpu/merge-receipt.py)
+#   perf      the rocenante-perf sweeps (2, 4, 8 ranks on the one GPU, eager and graph, 8 B-64 MiB, every dtype and
+#             algorithm; all-gather; a world of one beside NCCL; proxy mode) with a JSON receipt each, the source of
+#             the `auto` table (algorithm/auto.hpp), and example 02 at 1 and 8 ranks (time and energy per step)
+#   sass      on the CPU machine: registers, hot-path length and two instruction counts of the decode-size kernel
+#             (kernel::all_reduce, reduce_path::small, bf16, sm_90a) that docs/design.md §1.4 quotes; --ranks N
+#             builds it over transport::fixed_ranks<direct_handle, N>; cuobjdump and nvdisasm come from PyPI
+#
+# Flags:
+#   --out DIR          receipt folder (default gpu-out/COMMAND-COMMIT)
+#   --build DIR        build folder (default build-gpu; build-gpu-NAME with --variant)
+#   --arch LIST        gpu_archs for meson (default 90a)
+#   --variant NAME=FLAGS  build with extra nvcc flags (e.g. fixed=-DROCENANTE_SMALL_FIXED_RANKS=0) in its own folder
+#   --filter REGEX     benchmark filter (bench; default: the receipt's decode rows)
+#   --env VAR=VALUE    environment of the benchmark (repeatable; default ROCENANTE_BENCH_MAX_CTAS=16 and
+#                      ROCENANTE_BENCH_PDL=1, the receipt's conditions)
+#   --binary NAME      rocenante-bench-gpu (default) or rocenante-bench-nvfp4
+#   --name NAME        the bench step's name (NAME.json, bench-NAME.log; default bench)
+#   --repetitions N    Google Benchmark repetitions (mean, median, stddev rows)
+#   --deadline S       every step ends by S seconds after the start (default 540: a device call stops at 600 s)
+#   --ranks N          sass: fixed rank count (0: plain handle)
+#   --targets LIST     build: ninja targets (default: everything the configuration has)
+#   --tests LIST       test: what to run, comma separated, in order (default: test_gpu_collectives,test_gpu_nvfp4,
+#                      test_gpu_nccl,examples,test_gpu_multiprocess; receipt runs all but the last)
+#   --jobs N           build: ninja jobs (default: every core)
+#
+# Examples:
+#   tools/gpu/run.sh deps                                       # here; then carry .deps on the device call
+#   tools/gpu/run.sh receipt --out "$OUT/receipt"               # on the GPU machine
+#   # two builds side by side in one device call, then one table of ratios:
+#   tools/gpu/run.sh build --variant trial=-DMY_CHANGE=1 && tools/gpu/run.sh build
+#   tools/gpu/run.sh bench --out "$OUT/ab" --name default --filter 'bytes:49152/ranks:4' --repetitions 5
+#   tools/gpu/run.sh bench --out "$OUT/ab" --name trial --filter 'bytes:49152/ranks:4' --repetitions 5 --variant trial=-DMY_CHANGE=1
+#   python3 tools/gpu/compare.py "$OUT"/ab/default.json "$OUT"/ab/trial.json
+# Carry: .deps (from `deps`); build folders stay on the GPU machine between calls while it is warm.
+# Receipts go under docs/results/<gpu>-<date>/ with the folder as written (docs/results/README.md).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd); cd "$root" || exit 1
+export PATH=/usr/local/cuda/bin:$PATH
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+cmd=${1:-}; [ -n "$cmd" ] || usage 2; shift
+case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt|perf|sass) ;; *) echo "run.sh: unknown command '$cmd'" >&2; usage 2 ;; esac
+argv=("$cmd" "$@")
+
+out='' build=build-gpu arch=90a variant='' filter='' binary=rocenante-bench-gpu name=bench reps='' deadline=540 ranks=0
+targets='' jobs=$(nproc) tests=''
+envs=()
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || { echo "run.sh: $1 needs a value (run.sh --help)" >&2; exit 2; }
+  case "$1" in
+    --out) out=$2 ;; --build) build=$2 ;; --arch) arch=$2 ;; --variant) variant=$2 ;; --filter) filter=$2 ;;
+    --env) envs+=("$2") ;; --binary) binary=$2 ;; --name) name=$2 ;; --repetitions) reps=$2 ;;
+    --deadline) deadline=$2 ;; --ranks) ranks=$2 ;; --targets) targets=$2 ;; --jobs) jobs=$2 ;; --tests) tests=$2 ;;
+    *) echo "run.sh: unknown flag '$1' (run.sh --help)" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+[ ${#envs[@]} -gt 0 ] || envs=(ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1)
+vflags=
+if [ -n "$variant" ]; then
+  [[ $variant == *=* ]] || { echo "run.sh: --variant wants NAME=FLAGS" >&2; exit 2; }
+  vflags=${variant#*=}; [ "$build" != build-gpu ] || build=build-gpu-${variant%%=*}
+fi
+
+# the commit and whether tracked files differ from it (git where there is a .git)
+git_commit() { git rev-parse --verify -q HEAD 2>/dev/null &&
+  { git status --porcelain --untracked-files=no | grep -q . && echo dirty || echo clean; }; }
+# on the GPU machine: what `deps` wrote on the CPU machine (a .git there may be a stale copy), else git
+commit() { if [ -s .deps/commit ]; then cat .deps/commit; else git_commit || echo unknown; fi; }
+
+deps() {
+  mkdir -p .deps/include .deps/lib
+  [ -d .deps/include/doctest ] || cp -r /usr/include/doctest .deps/include/ || { echo "deps: apt-get install doctest-dev" >&2; return 1; }
+  [ -d .deps/include/benchmark ] || cp -r /usr/include/benchmark .deps/include/ || { echo "deps: apt-get install libbenchmark-dev" >&2; return 1; }
+  local nccl; nccl=$(ls /usr/local/cuda/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h 2>/dev/null | head -1)
+  if [ -n "$nccl" ]; then cp "$nccl" .deps/include/; else echo "deps: no nccl.h here: the NCCL rows and suite will not be built" >&2; fi
+  # a real file under both names: the link name for the build, the SONAME for the run (links may not travel)
+  local lib; lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libbenchmark.so) || return 1
+  cp "$lib" .deps/lib/libbenchmark.so; cp "$lib" ".deps/lib/$(objdump -p "$lib" | awk '/SONAME/{print $2}')"
+  git_commit > .deps/commit || echo unknown > .deps/commit
+  du -sh .deps | sed 's/^/deps: carry .deps (/; s/$/)/'
+}
+
+sass() {
+  local tools=${HOME}/.cache/rocenante-sass
+  if [ ! -x "$tools/cuobj/nvidia/cu13/bin/cuobjdump" ]; then
+    mkdir -p "$tools"
+    pip download -q --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm -d "$tools/whl" >/dev/null || return 1
+    python3 -m zipfile -e "$tools"/whl/nvidia_cuda_cuobjdump*.whl "$tools/cuobj"
+    python3 -m zipfile -e "$tools"/whl/nvidia_cuda_nvdisasm*.whl "$tools/nvd"
+    chmod +x "$tools"/cuobj/nvidia/cu13/bin/* "$tools"/nvd/nvidia/cu13/bin/*
+  fi
+  export PATH=$tools/nvd/nvidia/cu13/bin:$PATH
+  local w handle=rocenante::transport::direct_handle; w=$(mktemp -d)
+  [ "$ranks" != 0 ] && handle="rocenante::transport::fixed_ranks<rocenante::transport::direct_handle, $ranks>"
+  cat >"$w/k.cu" <<CU
+#include <rocenante/rocenante.hpp>
+#include <rocenante/kernel/collectives.cuh>
+#include <rocenante/transport/cuda_window.hpp>
+using namespace rocenante;
+using H = $handle;
+template __global__ void kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, H, algorithm::no_epilogue,
+                                            kernel::reduce_path::small>(device::context<H>, const __nv_bfloat16*,
+                                                                        __nv_bfloat16*, std::uint64_t, std::uint32_t,
+                                                                        algorithm::no_epilogue);
+CU
+  # shellcheck disable=SC2086
+  nvcc -std=c++20 -arch=sm_90a -cubin -O3 -I"$root/include" $vflags "$w/k.cu" -o "$w/k.cubin" -Xptxas -v 2>&1 |
+    grep -o "Used [0-9]* registers.*"
+  "$tools/cuobj/nvidia/cu13/bin/cuobjdump" -sass "$w/k.cubin" | sed 's|/\* 0x[0-9a-f]* \*/||' | grep -v '^\s*$' >"$w/k.sass"
+  echo "hot path ends at: $(grep -m1 -E '^\s*/\*[0-9a-f]+\*/\s+EXIT' "$w/k.sass" | grep -o '/\*[0-9a-f]*\*/')"
+  echo "staging barrier -> first MEMBAR: $(awk '/BAR.SYNC/{c++} c==1' "$w/k.sass" | awk '/MEMBAR/{print NR-1; exit}') instructions"
+  echo "barrier after the wait -> first source load: $(awk '/BAR.RED.AND/{c++} c==2' "$w/k.sass" | awk '/LDG.E.128/{print NR-1; exit}') instructions"
+  [ -z "${out:-}" ] || { mkdir -p "$out"; cp "$w/k.sass" "$out/decode-kernel.sass"; }
+  rm -rf "$w"
+}
+
+case "$cmd" in deps) deps; exit $? ;; sass) sass; exit $? ;; esac
+
+# --- on the GPU machine ---------------------------------------------------------------------------------------
+c=$(commit | head -1 | cut -c1-12)
+out=${out:-$root/gpu-out/$cmd-$c}; mkdir -p "$out"; S=$out/summary.log; t0=$(date +%s)
+say() { echo "$*" | tee -a "$S"; }
+{ printf "%q " tools/gpu/run.sh "${argv[@]}"; echo; date -u +%Y-%m-%dT%H:%M:%SZ; } >>"$out/command.txt"
+commit >"$out/commit"
+{ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -1
+  meson --version; uname -r; } >"$out/gpu.txt" 2>&1
+say "$(date -u +%FT%TZ) tools/gpu/run.sh ${argv[*]}: commit $(head -1 "$out/commit"), GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep . || echo 'none (nvidia-smi failed)')"
+export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nccl_dir=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+[ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ] && export LD_LIBRARY_PATH=$nccl_dir:$LD_LIBRARY_PATH
+export CUDA_MODULE_LOADING=EAGER  # a kernel's lazy first load can wait for peers' spinning kernels (docs/api.md §5)
+
+# left LIMIT: LIMIT seconds, or fewer when the deadline is nearer
+left() { local d=$((t0 + deadline - $(date +%s))); [ "$d" -lt "$1" ] && echo "$d" || echo "$1"; }
+# step NAME LIMIT COMMAND...: run with a time limit, output in NAME.log, one summary line with the totals
+step() {
+  local n=$1 lim; lim=$(left "$2"); shift 2
+  if [ "$lim" -lt 10 ]; then say "$n: skipped (deadline): not run, not passed"; return 1; fi
+  local t; t=$(date +%s); timeout "$lim" "$@" >"$out/$n.log" 2>&1; local r=$?
+  say "$n: rc=$r after $(( $(date +%s) - t )) s; $(grep -E 'test cases:|Status:|ERROR SUMMARY|RACECHECK SUMMARY|PASS|FAIL|Out of bounds' "$out/$n.log" | tail -3 | tr '\n' ' ')"
+  return $r
+}
+
+B=$build
+do_build() {
+  if [ ! -f "$B/build.ninja" ]; then
+    local a=(-Dgpu_archs="$arch" -Dcuda=enabled -Dextra_include="$root/.deps/include")
+    [ -z "$vflags" ] || a+=(-Dcuda_args="$vflags")
+    meson setup "$B" "${a[@]}" >"$out/setup.log" 2>&1 || { say "setup failed:"; tail -20 "$out/setup.log" | tee -a "$S"; return 1; }
+  fi
+  # shellcheck disable=SC2086
+  step build 400 ninja -C "$B" -j"$jobs" $targets || { grep -E "error|FAILED" -A3 "$out/build.log" | head -30 | tee -a "$S"; return 1; }
+}
+need() { [ -x "$B/$1" ] || { say "$1: not built (run.sh build${variant:+ --variant $variant})"; return 1; }; }
+# do_test [LIST]: the test programs of LIST (else --tests, else all of them), each a step
+do_test() {
+  local t e r=0 want
+  IFS=, read -ra want <<<"${1:-${tests:-test_gpu_collectives,test_gpu_nvfp4,test_gpu_nccl,examples,test_gpu_multiprocess}}"
+  for t in "${want[@]}"; do
+    case "$t" in
+      # NCCL's suite needs nccl.h at build time, example 02 cuBLAS: built only where those were found
+      test_gpu_nccl) [ -x "$B/tests/gpu/$t" ] && { step "$t" 120 "$B/tests/gpu/$t" || r=1; } ;;
+      examples) for e in 01_user_kernel 02_tp_mlp_decode; do [ -x "$B/examples/$e" ] && { step "example-$e" 60 "$B/examples/$e" || r=1; }; done ;;
+      # processes time-slicing one GPU without MPS: slow, but correct
+      test_gpu_multiprocess) if need "tests/gpu/$t"; then step "$t" 500 "$B/tests/gpu/$t" || r=1; else r=1; fi ;;
+      *) if need "tests/gpu/$t"; then step "$t" 200 "$B/tests/gpu/$t" || r=1; else r=1; fi ;;
+    esac
+  done
+  return $r
+}
+do_sanitize() {
+  need tests/gpu/test_gpu_collectives || return 1
+  local tool; for tool in memcheck racecheck synccheck; do
+    step "sanitize-$tool" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/tests/gpu/test_gpu_collectives" -tc='*one rank*'
+  done
+}
+# bench NAME BINARY FILTER: Google Benchmark with the --env variables, JSON in NAME.json, rows into the summary
+do_bench() {
+  local n=$1 bin=$B/benchmarks/gpu/$2 f=$3; need "benchmarks/gpu/$2" || return 1
+  local extra=(); [ -z "$reps" ] || extra+=(--benchmark_repetitions="$reps")
+  step "bench-$n" 200 env "${envs[@]}" "$bin" --benchmark_filter="$f" --benchmark_out="$out/$n.json" \
+    --benchmark_out_format=json --benchmark_counters_tabular=true "${extra[@]}"
+  say "  environment: ${envs[*]}"
+  grep -E "^(all_|copy|floor|nvfp4|quantize)" "$out/bench-$n.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"
+}
+
+# perf NAME ARGS...: one rocenante-perf run, its table in NAME.log and its receipt in NAME.json
+perf() { step "$1" 150 "$B/benchmarks/rocenante-perf" "${@:2}" -J "$out/$1.json"; }
+do_perf() {
+  need benchmarks/rocenante-perf || return 1
+  local r=0 n sweep=(-b 8 -e 64M -f 2 -d all --algo all -w 2)
+  for n in 2 4 8; do
+    perf "perf-cuda_loopback-r$n-eager" --transport cuda_loopback --ranks "$n" "${sweep[@]}" -n 20 || r=1
+    perf "perf-cuda_loopback-r$n-graph" --transport cuda_loopback --ranks "$n" "${sweep[@]}" -n 10 -G 5 || r=1
+  done
+  # all-gather (one_shot only; size = the gathered output, as in nccl-tests); a world of one, where NCCL can run
+  # beside the library on one GPU; proxy mode at small sizes (pinned host memory)
+  perf perf-cuda_loopback-r4-all_gather-eager --transport cuda_loopback --ranks 4 --collective all_gather -b 32 -e 64M -f 2 -d all -w 2 -n 20 || r=1
+  perf perf-cuda_loopback-r1-eager --transport cuda_loopback --ranks 1 "${sweep[@]}" -n 20 || r=1
+  perf perf-cuda_loopback-r1-graph --transport cuda_loopback --ranks 1 "${sweep[@]}" -n 10 -G 5 || r=1
+  perf perf-cuda_proxy-r4-graph --transport cuda_proxy --ranks 4 -b 8 -e 1M -f 4 -d bfloat16 --algo all -w 2 -n 10 -G 5 || r=1
+  if [ -x "$B/examples/02_tp_mlp_decode" ]; then
+    step example-02-ranks1 60 "$B/examples/02_tp_mlp_decode" --ranks 1 || r=1
+    step example-02-ranks8-tokens4 60 "$B/examples/02_tp_mlp_decode" --ranks 8 --tokens 4 || r=1
+  fi
+  return $r
+}
+
+floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:192/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph'
+decode='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
+large='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1'
+
+rc=0
+case "$cmd" in
+  build) do_build || rc=1 ;;
+  test) do_test || rc=1 ;;
+  sanitize) do_sanitize || rc=1 ;;
+  bench) do_bench "$name" "$binary" "${filter:-$decode}" || rc=1 ;;
+  perf) do_perf || rc=1 ;;
+  receipt)
+    do_build || { say "total: $(( $(date +%s) - t0 )) s"; exit 1; }
+    do_bench receipt-decode rocenante-bench-gpu "$decode"  # first: a deadline cuts from the end
+    do_test test_gpu_collectives,test_gpu_nvfp4,test_gpu_nccl,examples
+    do_sanitize
+    do_bench large rocenante-bench-gpu "$large"
+    do_bench nvfp4 rocenante-bench-nvfp4 'copy|quantize'
+    need benchmarks/gpu/rocenante-trace-phases && step trace 60 "$B/benchmarks/gpu/rocenante-trace-phases" 49152 4 16 &&
+      grep -vE '^$' "$out/trace.log" | tee -a "$S"
+    if [ -s "$out/receipt-decode.json" ] && [ -s "$out/large.json" ]; then
+      python3 tools/gpu/merge-receipt.py "$out/receipt.json" "tools/gpu/run.sh receipt at $(head -1 "$out/commit")" \
+        "decode=$out/receipt-decode.json" "large=$out/large.json" && say "receipt.json: the decode and large rows merged"
+    fi
+    ;;
+esac
+say "total: $(( $(date +%s) - t0 )) s; receipt folder $out"
+exit $rc
