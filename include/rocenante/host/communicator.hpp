@@ -257,7 +257,9 @@ class communicator : public executor_base<Transport> {
       return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
              std::to_string(opts_.capacity_bytes);
     const bool fit = a == algorithm::algo::ring ? fits<algorithm::ring>(layout_) : fits<algorithm::one_shot>(layout_);
-    if (!fit) return std::string("algorithm ") + (a == algorithm::algo::ring ? "ring" : "one_shot") + " needs a larger window than this communicator laid out";
+    if (!fit)
+      return std::string("algorithm ") + (a == algorithm::algo::ring ? "ring" : "one_shot") +
+             " needs a larger window than this communicator laid out";
     return {};
   }
   bool accepts(std::size_t count, dtype t, algorithm::algo a,
