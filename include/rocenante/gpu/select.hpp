@@ -38,7 +38,16 @@
 
 namespace rocenante::gpu {
 
-class selected_communicator {
+namespace select_detail {
+#if ROCENANTE_HAS_IBVERBS
+using gpu_base = host::selected_base<communicator<transport::cuda_ipc>, communicator<transport::cuda_socket>,
+                                     transport::nccl, communicator<transport::cuda_ibverbs>>;
+#else
+using gpu_base = host::selected_base<communicator<transport::cuda_ipc>, communicator<transport::cuda_socket>, transport::nccl>;
+#endif
+}  // namespace select_detail
+
+class selected_communicator : public select_detail::gpu_base {
  public:
   using ipc_comm = communicator<transport::cuda_ipc>;
   using socket_comm = communicator<transport::cuda_socket>;
@@ -66,22 +75,6 @@ class selected_communicator {
     host::log_decision(t, sel_, rank_, size_);
   }
 
-  selected_communicator(const selected_communicator&) = delete;
-  selected_communicator& operator=(const selected_communicator&) = delete;
-
-  /// The start-up decision, identical on every rank (selected().summary() is the log line's body).
-  const host::selection& selected() const { return sel_; }
-  host::transport_kind transport() const { return sel_.chosen; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-
-  /// The algorithm a call of `bytes` bytes per rank that names none runs (nccl: NCCL chooses its own).
-  algorithm::algo algorithm_for(std::uint64_t bytes) const {
-    if (sel_.algo == env::algo_choice::one_shot) return algorithm::algo::one_shot;
-    if (sel_.algo == env::algo_choice::ring || !sel_.connectivity.any_to_any()) return algorithm::algo::ring;
-    return algorithm::choose(bytes, size_);
-  }
-
   /// All-reduce on `stream` with the configured algorithm (ROCENANTE_ALGO; auto: by size and rank count).
   template <class T>
   status all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream) {
@@ -105,25 +98,6 @@ class selected_communicator {
     return pass([&](auto& c) { return c.all_gather(in, out, count, stream); });
   }
 
-  /// Health without a device synchronize.
-  host::health check_health() const {
-    host::health h;
-    std::visit(
-        [&](const auto& c) {
-          if constexpr (!std::is_same_v<std::decay_t<decltype(c)>, std::monostate>) h = c->check_health();
-        },
-        comm_);
-    return h;
-  }
-  const std::string& last_error() const { return last_error_; }
-
-  /// The underlying communicator when it is of type C (ipc_comm, socket_comm, ibverbs_comm, nccl_comm), else nullptr.
-  template <class C>
-  C* get() {
-    auto* p = std::get_if<std::unique_ptr<C>>(&comm_);
-    return p ? p->get() : nullptr;
-  }
-
  private:
   void build(bootstrap::bootstrap_ref b, host::transport_kind k, const options& o) {
     switch (k) {
@@ -138,13 +112,11 @@ class selected_communicator {
     throw transport_error(std::string("transport ") + host::to_string(k) + " cannot be built by the GPU executor");
   }
 
-  /// The chosen transport's own per-pair probe (socket, ibverbs: connections made at set-up); empty: every pair.
+  /// The chosen transport's own per-pair probe (host::selected_base::reachable_of); empty: every pair connects.
   std::function<bool(int)> transport_reachable(host::transport_kind k) {
-    if (k == host::transport_kind::socket)
-      if (auto* c = get<socket_comm>()) return [c](int q) { return c->transport().reachable(q); };
+    if (k == host::transport_kind::socket) return reachable_of<socket_comm>();
 #if ROCENANTE_HAS_IBVERBS
-    if (k == host::transport_kind::ibverbs)
-      if (auto* c = get<ibverbs_comm>()) return [c](int q) { return c->transport().reachable(q); };
+    if (k == host::transport_kind::ibverbs) return reachable_of<ibverbs_comm>();
 #endif
     return {};
   }
@@ -152,14 +124,10 @@ class selected_communicator {
   /// Start-up all-reduce of every allowed algorithm on the GPU, checked exactly (small integers: exact in fp32 in
   /// any order, so every rank computes the reference itself and a match on every rank is byte-identical).
   std::string self_test(const host::connectivity_report& conn, int me, int n, std::uint64_t capacity) {
-    std::size_t count = 64 * static_cast<std::size_t>(n) + 3;
+    std::size_t count = host::self_test_count(n);
     if (count * sizeof(float) > capacity) count = capacity / sizeof(float);
-    std::vector<float> in(count), out(count), ref(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      in[i] = static_cast<float>((me + 1) * 3 + static_cast<int>(i % 7));
-      ref[i] = 0;
-      for (int q = 0; q < n; ++q) ref[i] += static_cast<float>((q + 1) * 3 + static_cast<int>(i % 7));
-    }
+    std::vector<float> in(count), out(count);
+    for (std::size_t i = 0; i < count; ++i) in[i] = host::self_test_value(me, i);
     float *din = nullptr, *dout = nullptr;
     cudaStream_t s = nullptr;
     std::string why;
@@ -172,26 +140,16 @@ class selected_communicator {
         cuda(cudaMemcpy(din, in.data(), count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy")) {
       for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring}) {
         if (!conn.allows(a) || (a == algorithm::algo::ring && n < 2)) continue;
-        const char* an = a == algorithm::algo::ring ? "ring" : "one_shot";
         if (!cuda(cudaMemsetAsync(dout, 0xff, count * sizeof(float), s), "cudaMemsetAsync")) break;
-        const status st = a == algorithm::algo::ring ? all_reduce(din, dout, count, s, algorithm::ring{})
-                                                     : all_reduce(din, dout, count, s, algorithm::one_shot{});
+        status st = a == algorithm::algo::ring ? all_reduce(din, dout, count, s, algorithm::ring{})
+                                               : all_reduce(din, dout, count, s, algorithm::one_shot{});
         // Bounded: every wait inside the library's kernels is (nccl's are NCCL's).
-        if (st != status::ok) {
-          why = std::string("start-up ") + an + " all-reduce returned " + to_string(st) + ": " + last_error_;
+        if (st == status::ok && (!cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") ||
+                                 !cuda(cudaMemcpy(out.data(), dout, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy")))
           break;
-        }
-        if (!cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") ||
-            !cuda(cudaMemcpy(out.data(), dout, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy"))
-          break;
-        if (const host::health h = check_health(); !h.ok()) {
-          why = std::string("start-up ") + an + " all-reduce failed: " + h.message;
-          break;
-        }
-        for (std::size_t i = 0; i < count && why.empty(); ++i)
-          if (out[i] != ref[i])
-            why = std::string("start-up ") + an + " all-reduce: element " + std::to_string(i) + " is " +
-                  std::to_string(out[i]) + ", expected " + std::to_string(ref[i]);
+        std::string error = last_error_;
+        if (const host::health h = check_health(); st == status::ok && !h.ok()) st = h.state, error = h.message;
+        why = host::self_test_check(a, st, error, out.data(), count, n);
         if (!why.empty()) break;
         if (std::holds_alternative<std::unique_ptr<nccl_comm>>(comm_)) break;  // NCCL's algorithm is its own
       }
@@ -201,40 +159,6 @@ class selected_communicator {
     if (dout) cudaFree(dout);
     return why;
   }
-
-  std::optional<status> refuse_if_unreachable(algorithm::algo a) {
-    const std::string why = sel_.connectivity.refusal(a);
-    if (why.empty()) return std::nullopt;
-    last_error_ = "rocenante rank " + std::to_string(rank_) + ": " + why;
-    return status::not_supported;
-  }
-
-  template <class F>
-  status pass(F&& f) {
-    status st = status::internal;
-    std::visit(
-        [&](auto& c) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(c)>, std::monostate>) {
-            last_error_ = "rocenante: no communicator was built";
-          } else {
-            st = f(*c);
-            last_error_ = st == status::ok ? std::string() : c->last_error();
-          }
-        },
-        comm_);
-    return st;
-  }
-
-#if ROCENANTE_HAS_IBVERBS
-  std::variant<std::monostate, std::unique_ptr<ipc_comm>, std::unique_ptr<socket_comm>, std::unique_ptr<nccl_comm>,
-               std::unique_ptr<ibverbs_comm>>
-      comm_;
-#else
-  std::variant<std::monostate, std::unique_ptr<ipc_comm>, std::unique_ptr<socket_comm>, std::unique_ptr<nccl_comm>> comm_;
-#endif
-  host::selection sel_;
-  int rank_ = 0, size_ = 1;
-  std::string last_error_;
 };
 
 }  // namespace rocenante::gpu

@@ -620,6 +620,99 @@ inline void log_decision(const vote_table& t, const selection& sel, int rank, in
   log_line(split ? log_level::warn : log_level::info, t.settings.debug, rank, line);
 }
 
+template <class... Comms>
+class selected_base {
+ public:
+  selected_base(const selected_base&) = delete;
+  selected_base& operator=(const selected_base&) = delete;
+
+  /// The start-up decision, identical on every rank.
+  const selection& selected() const { return sel_; }
+  transport_kind transport() const { return sel_.chosen; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// The algorithm a call of `bytes` bytes per rank that names none runs.
+  algorithm::algo algorithm_for(std::uint64_t bytes) const {
+    if (sel_.algo == env::algo_choice::one_shot) return algorithm::algo::one_shot;
+    if (sel_.algo == env::algo_choice::ring || !sel_.connectivity.any_to_any()) return algorithm::algo::ring;
+    return algorithm::choose(bytes, size_);
+  }
+
+  /// Health without waiting for anything (the built communicator's).
+  health check_health() const {
+    health h;
+    std::visit(
+        [&](const auto& c) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(c)>, std::monostate>) h = c->check_health();
+        },
+        comm_);
+    return h;
+  }
+  const std::string& last_error() const { return last_error_; }
+
+  /// The underlying communicator, when it is of type C (nullptr otherwise).
+  template <class C>
+  C* get() {
+    auto* p = std::get_if<std::unique_ptr<C>>(&comm_);
+    return p ? p->get() : nullptr;
+  }
+
+ protected:
+  selected_base() = default;
+  ~selected_base() = default;
+
+  /// A call of algorithm `a` that start-up connectivity refuses: not_supported, no sequence consumed (every rank
+  /// refuses alike: the connectivity report is the same everywhere).
+  std::optional<status> refuse_if_unreachable(algorithm::algo a) {
+    const std::string why = sel_.connectivity.refusal(a);
+    if (why.empty()) return std::nullopt;
+    last_error_ = "rocenante rank " + std::to_string(rank_) + ": " + why;
+    return status::not_supported;
+  }
+
+  /// f(the built communicator); its last_error() becomes this object's.
+  template <class F>
+  status pass(F&& f) {
+    status st = status::internal;
+    std::visit(
+        [&](auto& c) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(c)>, std::monostate>) {
+            last_error_ = "rocenante: no communicator was built";
+          } else {
+            st = f(*c);
+            last_error_ = st == status::ok ? std::string() : c->last_error();
+          }
+        },
+        comm_);
+    return st;
+  }
+
+  /// The transport's own per-pair probe, `bool reachable(int peer)` (ibverbs: a signalled zero-length RDMA WRITE
+  /// per queue pair at set-up; socket: both connections of the pair established at set-up; this rank's view,
+  /// gathered by gather_connectivity), when Comm was built and its transport has one; else empty (every pair).
+  template <class Comm>
+  std::function<bool(int)> reachable_of() {
+    if constexpr (requires(Comm& c) { { c.transport().reachable(0) } -> std::convertible_to<bool>; })
+      if (Comm* c = get<Comm>()) return [c](int q) { return static_cast<bool>(c->transport().reachable(q)); };
+    return {};
+  }
+
+  std::variant<std::monostate, std::unique_ptr<Comms>...> comm_;
+  selection sel_;
+  int rank_ = 0, size_ = 1;
+  std::string last_error_;
+};
+
+namespace select_detail {
+#if ROCENANTE_HAS_IBVERBS
+using host_base = selected_base<communicator<transport::loopback>, communicator<transport::socket>,
+                                communicator<transport::ibverbs>>;
+#else
+using host_base = selected_base<communicator<transport::loopback>, communicator<transport::socket>>;
+#endif
+}  // namespace select_detail
+
 /// A host communicator over the transport the ranks chose together; same calls as host::communicator.
 ///
 /// Who calls: every rank, collectively (as host::communicator). Set-up throws config_error (bad environment, forced
@@ -627,7 +720,29 @@ inline void log_decision(const vote_table& t, const selection& sel, int rank, in
 /// algorithms), transport_error (no usable transport; a forced transport failed on some rank: the message names
 /// the rank and its reason). Calls return a status and never throw.
 /// Algorithm of calls that name none: ROCENANTE_ALGO / select_config::algo (auto: algorithm::choose).
-class selected_communicator {
+/// The start-up collective (every executor's): rank r contributes small integers, exact in fp32 in any summation
+/// order, so every rank computes the exact reference itself, and an output equal to it on every rank (the vote that
+/// follows) is also byte-identical across ranks (hazard H10).
+inline std::size_t self_test_count(int ranks) { return 64 * static_cast<std::size_t>(ranks) + 3; }
+inline float self_test_value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 7)); }
+/// Empty, or why the start-up all-reduce with algorithm `a` (status `st`, message `error`) is wrong.
+inline std::string self_test_check(algorithm::algo a, status st, const std::string& error, const float* out,
+                                   std::size_t count, int ranks) {
+  const char* an = a == algorithm::algo::ring ? "ring" : "one_shot";
+  if (st != status::ok) return std::string("start-up ") + an + " all-reduce returned " + to_string(st) + ": " + error;
+  for (std::size_t i = 0; i < count; ++i) {
+    float ref = 0;
+    for (int q = 0; q < ranks; ++q) ref += self_test_value(q, i);
+    if (out[i] != ref)
+      return std::string("start-up ") + an + " all-reduce: element " + std::to_string(i) + " is " +
+             std::to_string(out[i]) + ", expected " + std::to_string(ref);
+  }
+  return {};
+}
+
+/// What the host and GPU selected communicators share: the decision, one communicator over whichever candidate was
+/// built (a variant over `Comms`), and the forwarding of a call to it. Derived classes build it through `settle`.
+class selected_communicator : public select_detail::host_base {
  public:
   using loopback_comm = communicator<transport::loopback>;
   using socket_comm = communicator<transport::socket>;
@@ -649,22 +764,6 @@ class selected_communicator {
     rank_ = b.rank();
     size_ = b.size();
     log_decision(t, sel_, rank_, size_);
-  }
-
-  selected_communicator(const selected_communicator&) = delete;
-  selected_communicator& operator=(const selected_communicator&) = delete;
-
-  /// The start-up decision, identical on every rank.
-  const selection& selected() const { return sel_; }
-  transport_kind transport() const { return sel_.chosen; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-
-  /// The algorithm a call of `bytes` bytes per rank that names none runs.
-  algorithm::algo algorithm_for(std::uint64_t bytes) const {
-    if (sel_.algo == env::algo_choice::one_shot) return algorithm::algo::one_shot;
-    if (sel_.algo == env::algo_choice::ring || !sel_.connectivity.any_to_any()) return algorithm::algo::ring;
-    return algorithm::choose(bytes, size_);
   }
 
   /// All-reduce with the configured algorithm (ROCENANTE_ALGO; auto: by size and rank count).
@@ -696,8 +795,7 @@ class selected_communicator {
     return pass([&](auto& c) { return c.all_reduce(in, out, count, t, a); });
   }
   status all_reduce(const void* in, void* out, std::size_t count, dtype t, algorithm::automatic) {
-    const std::uint64_t elem = t == dtype::f32 ? 4 : (t == dtype::f16 || t == dtype::bf16) ? 2 : 1;
-    return all_reduce(in, out, count, t, algorithm_for(std::uint64_t{count} * elem));
+    return all_reduce(in, out, count, t, algorithm_for(std::uint64_t{count} * element_bytes(t)));
   }
 
   status all_gather(const void* in, void* out, std::size_t count, dtype t) {
@@ -731,23 +829,6 @@ class selected_communicator {
     return pass([&](auto& c) { return c.reject(why, code); });
   }
 
-  health check_health() const {
-    if (const auto* c = std::get_if<std::unique_ptr<loopback_comm>>(&comm_)) return (*c)->check_health();
-    if (const auto* c = std::get_if<std::unique_ptr<socket_comm>>(&comm_)) return (*c)->check_health();
-#if ROCENANTE_HAS_IBVERBS
-    if (const auto* c = std::get_if<std::unique_ptr<ibverbs_comm>>(&comm_)) return (*c)->check_health();
-#endif
-    return {};
-  }
-  const std::string& last_error() const { return last_error_; }
-
-  /// The underlying communicator, when it is over transport T (nullptr otherwise).
-  template <class C>
-  C* get() {
-    auto* p = std::get_if<std::unique_ptr<C>>(&comm_);
-    return p ? p->get() : nullptr;
-  }
-
  private:
   void build(bootstrap::bootstrap_ref b, transport_kind k, const options& o) {
     if (k == transport_kind::loopback) {
@@ -767,9 +848,7 @@ class selected_communicator {
     throw transport_error(std::string("transport ") + to_string(k) + " cannot be built by the host executor");
   }
 
-  /// The chosen transport's own per-pair probe: `bool reachable(int peer)` on the transport object (ibverbs: a
-  /// signalled zero-length RDMA WRITE per queue pair at set-up; socket: both connections of the pair established
-  /// at set-up; this rank's view, gathered by gather_connectivity). Empty: every pair counts as connected.
+  /// The chosen transport's own per-pair probe (selected_base::reachable_of); empty: every pair connects.
   std::function<bool(int)> transport_reachable(transport_kind k) {
     if (k == transport_kind::socket) return reachable_of<socket_comm>();
 #if ROCENANTE_HAS_IBVERBS
@@ -777,69 +856,20 @@ class selected_communicator {
 #endif
     return {};
   }
-  template <class Comm>
-  std::function<bool(int)> reachable_of() {
-    if constexpr (requires(Comm& c) { { c.transport().reachable(0) } -> std::convertible_to<bool>; })
-      if (Comm* c = get<Comm>()) return [c](int q) { return static_cast<bool>(c->transport().reachable(q)); };
-    return {};
-  }
 
-  /// Start-up collective of every allowed algorithm: small integers, exact in fp32 in any summation order, so
-  /// every rank can compute the exact reference itself; an output equal to it on every rank (the vote that follows)
-  /// is also byte-identical across ranks (hazard H10).
+  /// Start-up collective of every allowed algorithm (self_test_check).
   std::string self_test(const connectivity_report& conn, int me, int n) {
-    const std::size_t count = 64 * static_cast<std::size_t>(n) + 3;
+    const std::size_t count = self_test_count(n);
     std::vector<float> in(count), out(count);
-    for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<float>((me + 1) * 3 + static_cast<int>(i % 7));
+    for (std::size_t i = 0; i < count; ++i) in[i] = self_test_value(me, i);
     for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring}) {
       if (!conn.allows(a) || (a == algorithm::algo::ring && n < 2)) continue;
       std::fill(out.begin(), out.end(), -1.0f);
       const status st = pass([&](auto& c) { return c.all_reduce(in.data(), out.data(), count, dtype::f32, a); });
-      const char* an = a == algorithm::algo::ring ? "ring" : "one_shot";
-      if (st != status::ok) return std::string("start-up ") + an + " all-reduce returned " + to_string(st) + ": " + last_error_;
-      for (std::size_t i = 0; i < count; ++i) {
-        float ref = 0;
-        for (int q = 0; q < n; ++q) ref += static_cast<float>((q + 1) * 3 + static_cast<int>(i % 7));
-        if (out[i] != ref)
-          return std::string("start-up ") + an + " all-reduce: element " + std::to_string(i) + " is " +
-                 std::to_string(out[i]) + ", expected " + std::to_string(ref);
-      }
+      if (std::string why = self_test_check(a, st, last_error_, out.data(), count, n); !why.empty()) return why;
     }
     return {};
   }
-
-  std::optional<status> refuse_if_unreachable(algorithm::algo a) {
-    const std::string why = sel_.connectivity.refusal(a);
-    if (why.empty()) return std::nullopt;
-    last_error_ = "rocenante rank " + std::to_string(rank_) + ": " + why;
-    return status::not_supported;
-  }
-
-  template <class F>
-  status pass(F&& f) {
-    status st = status::internal;
-    std::visit(
-        [&](auto& c) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(c)>, std::monostate>) {
-            last_error_ = "rocenante: no communicator was built";
-          } else {
-            st = f(*c);
-            last_error_ = st == status::ok ? std::string() : c->last_error();
-          }
-        },
-        comm_);
-    return st;
-  }
-
-#if ROCENANTE_HAS_IBVERBS
-  std::variant<std::monostate, std::unique_ptr<loopback_comm>, std::unique_ptr<socket_comm>, std::unique_ptr<ibverbs_comm>>
-      comm_;
-#else
-  std::variant<std::monostate, std::unique_ptr<loopback_comm>, std::unique_ptr<socket_comm>> comm_;
-#endif
-  selection sel_;
-  int rank_ = 0, size_ = 1;
-  std::string last_error_;
 };
 
 }  // namespace rocenante::host
