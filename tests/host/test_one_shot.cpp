@@ -75,7 +75,7 @@ TEST_SUITE("host.one_shot.ranks") {
 namespace {
 
 /// Transport T whose handle is transport::fixed_ranks<T's handle, N>: the algorithms built with the rank count a
-/// compile-time constant (the GPU's decode-size kernels at 2, 4 and 8 ranks with ROCENANTE_SMALL_FIXED_RANKS).
+/// compile-time constant (the GPU's decode-size kernels at the rank counts kernel::all_reduce_variants names).
 template <class T, int N>
 struct fixed_ranks_transport : T {
   using handle_type = rocenante::transport::fixed_ranks<typename T::handle_type, N>;

@@ -21,13 +21,16 @@
 #             the `auto` table (algorithm/auto.hpp), and example 02 at 1 and 8 ranks (time and energy per step)
 #   sass      on the CPU machine: registers, hot-path length and two instruction counts of the decode-size kernel
 #             (kernel::all_reduce, reduce_path::small, bf16, sm_90a) that docs/design.md §1.4 quotes; --ranks N
-#             builds it over transport::fixed_ranks<direct_handle, N>; cuobjdump and nvdisasm come from PyPI
+#             builds it over transport::fixed_ranks<direct_handle, N>; cuobjdump and nvdisasm come from PyPI.
+#             --ranks all: instead, every kernel gpu::communicator<cuda_loopback> launches for bf16 and fp32
+#             (one_shot and ring all-reduce, all-gather, reject), one SASS file per kernel and kernels.txt (SHA-256
+#             of each kernel's SASS, its resource usage, its name) in --out; diff two kernels.txt to compare trees
 #
 # Flags:
 #   --out DIR          receipt folder (default gpu-out/COMMAND-COMMIT)
 #   --build DIR        build folder (default build-gpu; build-gpu-NAME with --variant)
 #   --arch LIST        gpu_archs for meson (default 90a)
-#   --variant NAME=FLAGS  build with extra nvcc flags (e.g. fixed=-DROCENANTE_SMALL_FIXED_RANKS=0) in its own folder
+#   --variant NAME=FLAGS  build with extra nvcc flags (e.g. maxreg=-maxrregcount=96) in its own folder
 #   --filter REGEX     benchmark filter (bench; default: the receipt's decode rows)
 #   --env VAR=VALUE    environment of the benchmark (repeatable; default ROCENANTE_BENCH_MAX_CTAS=16 and
 #                      ROCENANTE_BENCH_PDL=1, the receipt's conditions)
@@ -35,7 +38,9 @@
 #   --name NAME        the bench step's name (NAME.json, bench-NAME.log; default bench)
 #   --repetitions N    Google Benchmark repetitions (mean, median, stddev rows)
 #   --deadline S       every step ends by S seconds after the start (default 540: a device call stops at 600 s)
-#   --ranks N          sass: fixed rank count (0: plain handle)
+#   --ranks N          sass: fixed rank count (0: plain handle), or `all` (every kernel the dispatch launches)
+#   --include DIR      sass: the headers to compile (default include/ of this tree; e.g. another commit's, unpacked
+#                      with `git archive COMMIT include | tar -x -C DIR`, then DIR/include)
 #   --targets LIST     build: ninja targets (default: everything the configuration has)
 #   --tests LIST       test: what to run, comma separated, in order (default: test_gpu_collectives,test_gpu_nvfp4,
 #                      test_gpu_nccl,examples,test_gpu_multiprocess; receipt runs all but the last)
@@ -61,7 +66,7 @@ case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt
 argv=("$cmd" "$@")
 
 out='' build=build-gpu arch=90a variant='' filter='' binary=rocenante-bench-gpu name=bench reps='' deadline=540 ranks=0
-targets='' jobs=$(nproc) tests=''
+targets='' jobs=$(nproc) tests='' include=$root/include
 envs=()
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "run.sh: $1 needs a value (run.sh --help)" >&2; exit 2; }
@@ -69,6 +74,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2 ;; --build) build=$2 ;; --arch) arch=$2 ;; --variant) variant=$2 ;; --filter) filter=$2 ;;
     --env) envs+=("$2") ;; --binary) binary=$2 ;; --name) name=$2 ;; --repetitions) reps=$2 ;;
     --deadline) deadline=$2 ;; --ranks) ranks=$2 ;; --targets) targets=$2 ;; --jobs) jobs=$2 ;; --tests) tests=$2 ;;
+    --include) include=$2 ;;
     *) echo "run.sh: unknown flag '$1' (run.sh --help)" >&2; exit 2 ;;
   esac
   shift 2
@@ -110,6 +116,34 @@ sass() {
   fi
   export PATH=$tools/nvd/nvidia/cu13/bin:$PATH
   local w handle=rocenante::transport::direct_handle; w=$(mktemp -d)
+  local cuobjdump=$tools/cuobj/nvidia/cu13/bin/cuobjdump
+  if [ "$ranks" = all ]; then
+    # what the communicator's dispatch instantiates, so the kernel list follows the library, not this script
+    cat >"$w/k.cu" <<'CU'
+#include <rocenante/gpu/communicator.hpp>
+using namespace rocenante;
+using C = gpu::communicator<transport::cuda_loopback>;
+#define ROCENANTE_SASS_DTYPE(T)                                                                                     \
+  template status C::all_reduce<algorithm::one_shot, T, algorithm::no_epilogue>(const T*, T*, std::size_t,           \
+                                                                                cudaStream_t, algorithm::one_shot,   \
+                                                                                algorithm::no_epilogue);             \
+  template status C::all_reduce<algorithm::ring, T, algorithm::no_epilogue>(const T*, T*, std::size_t, cudaStream_t, \
+                                                                            algorithm::ring, algorithm::no_epilogue); \
+  template status C::all_gather<algorithm::one_shot, T>(const T*, T*, std::size_t, cudaStream_t, algorithm::one_shot);
+ROCENANTE_SASS_DTYPE(__nv_bfloat16)
+ROCENANTE_SASS_DTYPE(float)
+CU
+    # shellcheck disable=SC2086
+    nvcc -std=c++20 -arch=sm_90a -cubin -O3 -I"$include" $vflags "$w/k.cu" -o "$w/k.cubin" || { rm -rf "$w"; return 1; }
+    local dir=${out:-$root/gpu-out/sass-all}; mkdir -p "$dir"
+    "$cuobjdump" -sass "$w/k.cubin" | sed 's|/\* 0x[0-9a-f]* \*/||' | grep -v '^\s*$' |
+      awk -v d="$dir" '/Function : /{f=d "/" $3 ".sass"} f{print > f}'
+    "$cuobjdump" -res-usage "$w/k.cubin" | awk '/Function /{sub(":$", "", $2); n=$2; next} n{print n, $1, $2, $3; n=""}' |
+      while read -r fn reg stack shared; do
+        echo "$(sha256sum <"$dir/$fn.sass" | cut -c1-16) $reg $stack $shared $(echo "$fn" | c++filt | sed 's/rocenante:://g; s/>(.*$/>/')"
+      done | sort -k6 >"$dir/kernels.txt"
+    cat "$dir/kernels.txt"; rm -rf "$w"; return 0
+  fi
   [ "$ranks" != 0 ] && handle="rocenante::transport::fixed_ranks<rocenante::transport::direct_handle, $ranks>"
   cat >"$w/k.cu" <<CU
 #include <rocenante/rocenante.hpp>
@@ -123,9 +157,9 @@ template __global__ void kernel::all_reduce<algorithm::one_shot, reduce::sum<__n
                                                                         algorithm::no_epilogue);
 CU
   # shellcheck disable=SC2086
-  nvcc -std=c++20 -arch=sm_90a -cubin -O3 -I"$root/include" $vflags "$w/k.cu" -o "$w/k.cubin" -Xptxas -v 2>&1 |
+  nvcc -std=c++20 -arch=sm_90a -cubin -O3 -I"$include" $vflags "$w/k.cu" -o "$w/k.cubin" -Xptxas -v 2>&1 |
     grep -o "Used [0-9]* registers.*"
-  "$tools/cuobj/nvidia/cu13/bin/cuobjdump" -sass "$w/k.cubin" | sed 's|/\* 0x[0-9a-f]* \*/||' | grep -v '^\s*$' >"$w/k.sass"
+  "$cuobjdump" -sass "$w/k.cubin" | sed 's|/\* 0x[0-9a-f]* \*/||' | grep -v '^\s*$' >"$w/k.sass"
   echo "hot path ends at: $(grep -m1 -E '^\s*/\*[0-9a-f]+\*/\s+EXIT' "$w/k.sass" | grep -o '/\*[0-9a-f]*\*/')"
   echo "staging barrier -> first MEMBAR: $(awk '/BAR.SYNC/{c++} c==1' "$w/k.sass" | awk '/MEMBAR/{print NR-1; exit}') instructions"
   echo "barrier after the wait -> first source load: $(awk '/BAR.RED.AND/{c++} c==2' "$w/k.sass" | awk '/LDG.E.128/{print NR-1; exit}') instructions"

@@ -64,6 +64,7 @@ struct one_shot {
   /// All-reduce part `s.part()` of `parts`. Every team thread of every rank calls, for every part.
   /// Result: out[i] = sum over q = 0..n-1 of in_q[i], summed in that order in fp32, rounded once; valid in
   /// `out` for this part's packets when the call returns true, identical bytes on every rank.
+  /// Every path in one function: the host executor's, and the GPU kernel for calls the leaner ones below don't serve.
   template <reduce::reduction R, class Session, class Epilogue = no_epilogue>
   ROCENANTE_HOST_DEVICE static bool all_reduce(Session& s, const typename R::value_type* in,
                                                typename R::value_type* out, std::uint64_t count,
@@ -85,14 +86,10 @@ struct one_shot {
     return true;
   }
 
-  /// The same all-reduce with only its bulk loop compiled (no LL, no one-packet-per-thread path): the kernel for
-  /// calls whose every part holds more packets than the team has threads (gpu::communicator picks it; the bytes
-  /// are the same as all_reduce's). Without the other paths the kernel needs fewer registers and spills nothing
-  /// (sm_90a, bf16: 118 registers vs 128 and 1368 bytes of spills; 64 MiB at 4 ranks 940 vs 916 us, with parts in
-  /// L2 741 vs 809 us: docs/results/h200-2026-12-04/s6b-2cbb7ed).
-  /// Discard: drop each staged line from L2 once it is read (discard_read_lines); for parts small enough that
-  /// the peers' staged data is still in L2 when it is read (options::max_part_bytes), never otherwise (a line
-  /// already written back costs the discard and saves nothing: 993 vs 916 us).
+  /// all_reduce with only its bulk loop, for calls whose every part holds more packets than the team has threads
+  /// (same bytes). Why: without the other paths the kernel spills nothing (docs/results/h200-2026-12-04/s6b-2cbb7ed).
+  /// Discard: drop each staged line from L2 once it is read (discard_read_lines), only for parts sized to be read
+  /// from L2 (options::max_part_bytes): a line already written back costs the discard and saves nothing (s6b).
   template <reduce::reduction R, bool Discard, class Session, class Epilogue = no_epilogue>
   ROCENANTE_HOST_DEVICE static bool all_reduce_bulk(Session& s, const typename R::value_type* in,
                                                     typename R::value_type* out, std::uint64_t count,
@@ -104,13 +101,9 @@ struct one_shot {
     return true;
   }
 
-  /// The same all-reduce with only its decode-size code compiled: the LL path where it applies, else packets +
-  /// flag with one packet per thread — for calls whose every part holds at most as many packets as the team has
-  /// threads (gpu::communicator picks it and launches only as many threads as the largest part has packets; the
-  /// bytes are the same as all_reduce's). Leaner than all_reduce (no staging loop, no bulk loop, the own packet
-  /// kept in registers from the load to the sum): docs/results/h200-2026-12-04 has the measurements.
-  /// LL: the caller decided (every rank alike) that the call takes the LL path (uses_ll, with a handle that has an
-  /// LL area); the kernel then compiles only that path.
+  /// all_reduce with only its decode-size code, for calls whose every part holds at most as many packets as the team
+  /// has threads (same bytes; LL: the caller chose uses_ll, every rank alike). Why: no staging or bulk loop, the own
+  /// packet kept in registers from load to sum (docs/results/h200-2026-12-04).
 #if ROCENANTE_DEVICE_PASS
   /// Gate: called by every team thread between the plan and the first read of the input (algorithm::no_gate).
   template <reduce::reduction R, bool LL, class Session, class Epilogue = no_epilogue, class Gate = no_gate>
@@ -133,21 +126,13 @@ struct one_shot {
     gate();
     s.started();
     reduce::value_packet<R> own{};
-#if ROCENANTE_SMALL_EARLY_INPUT
-    // A plain input (16-byte aligned, whole packets: one answer for the whole call) is one 16-byte load into `own`,
-    // with nothing that uses it before enter(): the epoch and poison loads go out while it is in flight. Through
-    // load_user (a branch to the byte-wise path) the fixed-rank kernels' register allocation moved the loaded
-    // registers right after the load, so the warp waited for the input before it issued enter()'s loads: two memory
-    // latencies in a row (sm_90a SASS; the plain kernel loads into the joined registers and has no such wait).
-    // Any other input is loaded after enter().
+    // A plain input (16-byte aligned, whole packets: one answer for the whole call) is one 16-byte load issued before
+    // enter(), whose epoch and poison loads then go out while it is in flight; through load_user's branch the
+    // fixed-rank kernels waited for the input first (design.md §1.4; s11-0c4216e). Any other input after enter().
     const bool plain = is_plain_input<R>(in, count);
     if (mine && plain) own = reduce::load_packet_issue<R>(in + i * reduce::lanes<R>);
     if (!s.enter()) return false;
     if (mine && !plain) own = reduce::load_user<R>(in, i, count);
-#else
-    if (mine) own = reduce::load_user<R>(in, i, count);  // before enter: needs no sequence number
-    if (!s.enter()) return false;
-#endif
     s.trace(0);
     s.trace(1);
     if (mine) put_packet<R>(s, base + i * packet_bytes, own);
@@ -158,14 +143,10 @@ struct one_shot {
     s.trace(4);
     if (mine) {
       // Sources loaded together, one memory latency up to 8 ranks: every load of a group is issued before the
-      // first use of any, with no branch between them (a branch per source, or unpacking each packet as it
-      // arrives, made the warp wait for each load in turn: 1152 ns for this phase at 4 ranks in the phase trace
-      // of s7b, about one round trip per peer). A source past the last rank, or this rank's own (kept in
-      // registers since the staging), loads this rank's own region of the window instead — a valid address
-      // whose value is not used.
-      // Groups of 4 sources up to 4 ranks, else of 8: each slot of a group past the last rank loads (the loads are
-      // unconditional), so 8-source groups at 4 ranks cost each CTA's load unit twice the loads (s10: the reduce
-      // phase 608 vs the floor's 448 ns at 4 ranks). The group size is uniform across the team (a rank count).
+      // first use of any, with no branch between them (a branch per source made the warp wait for each load in
+      // turn: s7b's phase trace). A slot past the last rank, or this rank's own (kept in registers), loads this
+      // rank's own region instead: a valid address whose value is not used. Groups of 4 up to 4 ranks, else 8
+      // (8-slot groups at 4 ranks doubled the loads: s10).
       reduce::accum_packet<R> acc{};
       const uint4 own_raw = *reinterpret_cast<const uint4*>(&own);
       auto sum_groups = [&](auto group_size) {
@@ -531,8 +512,8 @@ struct one_shot {
       for (int q = 0; q < n; ++q)
         if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
     } else {
-#if ROCENANTE_COMPACT_KERNELS && ROCENANTE_DEVICE_PASS
-#pragma unroll 1
+#if ROCENANTE_DEVICE_PASS
+#pragma unroll 1  // a loop, not n-1 copies: a shorter hot path in the instruction cache (docs/performance.md)
 #endif
       for (int q = 0; q < n; ++q)
         if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);

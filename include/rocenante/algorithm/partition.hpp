@@ -16,24 +16,12 @@ struct range {
 };
 
 /// Packets each thread keeps in flight in copy and reduce loops: several independent 16-byte loads per thread
-/// hide memory latency on a GPU; on the host one is as good as four.
-/// ROCENANTE_DEVICE_UNROLL / ROCENANTE_DEVICE_REDUCE_UNROLL override the device values (tuning experiments:
-/// `tools/gpu/run.sh --variant` builds a second benchmark binary with them, on the compiler's command line: one value per
-/// program; they shape each thread's loop only, never the layout or the wire). Measured 2026-12-04: 8 / 4 made
-/// the 64 MiB one-shot 2x slower (docs/results/h200-2026-12-04/s5b-6382782).
-#ifndef ROCENANTE_DEVICE_UNROLL
-#define ROCENANTE_DEVICE_UNROLL 4
-#endif
-#ifndef ROCENANTE_DEVICE_REDUCE_UNROLL
-#define ROCENANTE_DEVICE_REDUCE_UNROLL 2
-#endif
-static_assert(ROCENANTE_DEVICE_UNROLL >= 1 && ROCENANTE_DEVICE_UNROLL <= 16, "ROCENANTE_DEVICE_UNROLL must be in [1, 16]");
-static_assert(ROCENANTE_DEVICE_REDUCE_UNROLL >= 1 && ROCENANTE_DEVICE_REDUCE_UNROLL <= 16,
-              "ROCENANTE_DEVICE_REDUCE_UNROLL must be in [1, 16]");
-inline constexpr int unroll = ROCENANTE_DEVICE_PASS ? ROCENANTE_DEVICE_UNROLL : 1;
+/// hide memory latency on a GPU; on the host one is as good as four. 8 / 4 on the GPU made the 64 MiB one-shot 2x
+/// slower (docs/results/h200-2026-12-04/s5b-6382782).
+inline constexpr int unroll = ROCENANTE_DEVICE_PASS ? 4 : 1;
 /// one_shot's reduce loop: a thread loads `source_group` sources x `reduce_unroll` packets before it adds
 /// (8 x 16 bytes in flight per thread, no register spills at 512 threads per CTA for fp32/fp16/bf16 on sm_90).
-inline constexpr int reduce_unroll = ROCENANTE_DEVICE_PASS ? ROCENANTE_DEVICE_REDUCE_UNROLL : 1;
+inline constexpr int reduce_unroll = ROCENANTE_DEVICE_PASS ? 2 : 1;
 inline constexpr int source_group = ROCENANTE_DEVICE_PASS ? 4 : 1;
 
 /// Part `part` of `parts` over `total` items: contiguous, in order, sizes differ by at most one.

@@ -80,7 +80,7 @@ class communicator {
     // launch of a kernel loads its module, and that can wait for running kernels to finish: a rank refusing a
     // call launches the reject kernel alone while its peers' kernels spin on its flags, so a lazy load there
     // would stall the refusal until the peers time out. (Collective kernels are loaded by the first rank to
-    // launch them, before anyone waits on that kernel; the occupancy queries above load three of them.)
+    // launch them, before anyone waits on that kernel; the occupancy queries above load the built-in ones.)
     {
       cudaFuncAttributes attr{};
       ROCENANTE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel::reject<handle_type>));
@@ -146,7 +146,7 @@ class communicator {
     if (!std::is_same_v<A, algorithm::one_shot> || packets / sp.parts <= std::uint64_t{threads}) {
       if (sp.parts > sp.ctas) return kernel::reduce_path::any_loop;
       const std::uint64_t most = protocol::ceil_div(packets, sp.parts);
-      if (!std::is_same_v<A, algorithm::one_shot> || !ROCENANTE_SMALL_KERNEL || most > std::uint64_t{threads})
+      if (!std::is_same_v<A, algorithm::one_shot> || most > std::uint64_t{threads})
         return kernel::reduce_path::any;
       const bool ll = algorithm::one_shot::has_ll<handle_type> &&
                       algorithm::one_shot::uses_ll<reduce::sum<std::remove_cv_t<T>>>(layout_, size(), count, sp.parts,
@@ -167,21 +167,8 @@ class communicator {
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
-    const kernel::reduce_path path = path_for<T, A>(count);
-    if constexpr (std::is_same_v<A, algorithm::one_shot>) {  // the bulk-only and small kernels exist for one_shot
-      if (path == kernel::reduce_path::small)
-        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::small>(in, out, count, stream, epi);
-      if constexpr (algorithm::one_shot::has_ll<handle_type>)
-        if (path == kernel::reduce_path::small_ll)
-          return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::small_ll>(in, out, count, stream, epi);
-      if (path == kernel::reduce_path::bulk)
-        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk>(in, out, count, stream, epi);
-      if (path == kernel::reduce_path::bulk_discard)
-        return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::bulk_discard>(in, out, count, stream, epi);
-    }
-    if (path == kernel::reduce_path::any_loop)
-      return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any_loop>(in, out, count, stream, epi);
-    return launch_all_reduce<A, R, Epilogue, kernel::reduce_path::any>(in, out, count, stream, epi);
+    return launch_variant<A, R, Epilogue>(kernel::variant_index(path_for<T, A>(count), size()), in, out, count, stream,
+                                          epi, std::make_integer_sequence<int, kernel::variant_count>{});
   }
 
   template <algorithm::algorithm A = algorithm::one_shot, class T>
@@ -206,32 +193,32 @@ class communicator {
   }
 
  private:
-  /// The decode-size kernels at 2, 4 and 8 ranks run over transport::fixed_ranks (every loop over ranks unrolled)
-  /// where ROCENANTE_SMALL_FIXED_RANKS names the rank count (kernel::small_fixed_at); every rank has the same rank
-  /// count, so every rank launches the same variant, and the bytes are those of the plain kernel.
-  template <class A, class R, class Epilogue, kernel::reduce_path Path, class T>
-  status launch_all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
-    if constexpr (kernel::small_fixed_ranks && (Path == kernel::reduce_path::small || Path == kernel::reduce_path::small_ll)) {
-      // small_ll serves at most ll_max_ranks ranks (one_shot::uses_ll): no kernel for more
-      constexpr int most = Path == kernel::reduce_path::small_ll ? ll_max_ranks : 8;
-      switch (size()) {
-        case 2:
-          if constexpr (most >= 2 && kernel::small_fixed_at(2))
-            return launch_over<A, R, Epilogue, Path>(fixed_context<2>(), in, out, count, stream, epi);
-          break;
-        case 4:
-          if constexpr (most >= 4 && kernel::small_fixed_at(4))
-            return launch_over<A, R, Epilogue, Path>(fixed_context<4>(), in, out, count, stream, epi);
-          break;
-        case 8:
-          if constexpr (most >= 8 && kernel::small_fixed_at(8))
-            return launch_over<A, R, Epilogue, Path>(fixed_context<8>(), in, out, count, stream, epi);
-          break;
-        default:
-          break;
-      }
-    }
-    return launch_over<A, R, Epilogue, Path>(ctx_, in, out, count, stream, epi);
+  /// Whether kernel::all_reduce_variants[V] exists for algorithm A over this transport: the bulk and decode-size
+  /// kernels are one_shot's, the LL kernel needs a handle with an LL area.
+  template <class A, kernel::variant V>
+  static constexpr bool has_variant = (V.path == kernel::reduce_path::any || V.path == kernel::reduce_path::any_loop ||
+                                       std::is_same_v<A, algorithm::one_shot>) &&
+                                      (V.path != kernel::reduce_path::small_ll || algorithm::one_shot::has_ll<handle_type>);
+
+  /// Launches kernel::all_reduce_variants[v] (kernel::variant_index: the same on every rank, which have the same
+  /// rank count); a fixed-rank variant runs over fixed_context, with the bytes of the plain kernel.
+  template <class A, class R, class Epilogue, class T, int... I>
+  status launch_variant(int v, const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi,
+                        std::integer_sequence<int, I...>) {
+    status s = status::internal;
+    const bool found = ((v == I && (s = launch_variant_at<A, R, Epilogue, I>(in, out, count, stream, epi), true)) || ...);
+    if (!found) return reject_in_sequence(stream, "no all-reduce kernel for this call (kernel::all_reduce_variants)");
+    return s;
+  }
+  template <class A, class R, class Epilogue, int I, class T>
+  status launch_variant_at(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
+    constexpr kernel::variant v = kernel::all_reduce_variants[I];
+    if constexpr (!has_variant<A, v>)
+      return reject_in_sequence(stream, "no all-reduce kernel for this call (kernel::all_reduce_variants)");
+    else if constexpr (v.fixed != 0)
+      return launch_over<A, R, Epilogue, v.path>(fixed_context<v.fixed>(), in, out, count, stream, epi);
+    else
+      return launch_over<A, R, Epilogue, v.path>(ctx_, in, out, count, stream, epi);
   }
 
   /// This rank's device context over transport::fixed_ranks<handle_type, N> (size() == N).
@@ -407,39 +394,23 @@ class communicator {
       ROCENANTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_fn, threads, 0));
       per_sm = n < per_sm ? n : per_sm;
     };
-    occ(kernel::all_reduce<algorithm::one_shot, reduce::sum<__nv_bfloat16>, handle_type>);
-    // bf16 of the decode-size kernels this rank count can launch (launch_all_reduce): over the plain handle, or over
-    // transport::fixed_ranks<handle_type, N> where the fixed mask names this rank count N; small_ll where the
-    // handle has LL slots and the rank count is at most ll_max_ranks
+    // bf16 of every all-reduce kernel this rank count launches (kernel::all_reduce_variants), both all-gathers
     const int n = b.size();
-    auto occ_small = [&]<class H>(std::type_identity<H>) {
-      using bf16 = reduce::sum<__nv_bfloat16>;
-      occ(kernel::all_reduce<algorithm::one_shot, bf16, H, algorithm::no_epilogue, kernel::reduce_path::small>);
-      if constexpr (algorithm::one_shot::has_ll<H>)
-        if (n <= ll_max_ranks)
-          occ(kernel::all_reduce<algorithm::one_shot, bf16, H, algorithm::no_epilogue, kernel::reduce_path::small_ll>);
-    };
-    bool fixed = false;
-    if constexpr (kernel::small_fixed_ranks) {
-      if constexpr (kernel::small_fixed_at(2))
-        if (n == 2) {
-          occ_small(std::type_identity<transport::fixed_ranks<handle_type, 2>>{});
-          fixed = true;
-        }
-      if constexpr (kernel::small_fixed_at(4))
-        if (n == 4) {
-          occ_small(std::type_identity<transport::fixed_ranks<handle_type, 4>>{});
-          fixed = true;
-        }
-      if constexpr (kernel::small_fixed_at(8))
-        if (n == 8) {
-          occ_small(std::type_identity<transport::fixed_ranks<handle_type, 8>>{});
-          fixed = true;
-        }
-    }
-    if (!fixed) occ_small(std::type_identity<handle_type>{});
-    occ(kernel::all_reduce<algorithm::ring, reduce::sum<__half>, handle_type>);
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      auto occ_variant = [&]<int V>(std::integral_constant<int, V>) {
+        constexpr kernel::variant v = kernel::all_reduce_variants[V];
+        using H = std::conditional_t<v.fixed == 0, handle_type, transport::fixed_ranks<handle_type, v.fixed == 0 ? 1 : v.fixed>>;
+        using bf16 = reduce::sum<__nv_bfloat16>;
+        if (kernel::variant_index(v.path, n) != V) return;
+        if constexpr (has_variant<algorithm::one_shot, v>)
+          occ(kernel::all_reduce<algorithm::one_shot, bf16, H, algorithm::no_epilogue, v.path>);
+        if constexpr (has_variant<algorithm::ring, v>)
+          occ(kernel::all_reduce<algorithm::ring, bf16, H, algorithm::no_epilogue, v.path>);
+      };
+      (occ_variant(std::integral_constant<int, I>{}), ...);
+    }(std::make_integer_sequence<int, kernel::variant_count>{});
     occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type>);
+    occ(kernel::all_gather<algorithm::one_shot, reduce::sum<float>, handle_type, true>);
     capacity_ = std::uint64_t(sms) * std::uint64_t(per_sm);
     if (const std::string why = co_residency_problem(sharing, max_ctas(), sms, per_sm); !why.empty())
       throw config_error("rank " + std::to_string(b.rank()) + " (GPU " + std::to_string(device_) + "): " + why);

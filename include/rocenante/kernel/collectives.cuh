@@ -32,16 +32,10 @@ struct dependency_gate {
   ROCENANTE_DEVICE ROCENANTE_FORCEINLINE void operator()() const { dependent_launch_entry(); }
 };
 
-/// CTAs per SM the compiler must leave registers for in the collective kernels (launch bounds). 1 by default:
-/// ranks sharing a GPU then fit one CTA of each rank's collective per SM (the co-residency bound counts them).
-/// A tuning experiment (receipt s5c-8599fd3) built with 2 (at most 64 registers per thread, twice the resident
-/// CTAs): the one-shot kernels (120-128 registers at 1) spilled and ran 1.3x (48 KiB) to 2.3x (64 MiB) slower.
-/// Like every ROCENANTE_* tuning macro it must have one value in a whole program (define it on the compiler's
-/// command line, not before one include): kernels of two values would break the one-definition rule.
-#ifndef ROCENANTE_KERNEL_MIN_BLOCKS
-#define ROCENANTE_KERNEL_MIN_BLOCKS 1
-#endif
-static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <= 4, "ROCENANTE_KERNEL_MIN_BLOCKS must be in [1, 4]");
+/// CTAs per SM the compiler must leave registers for in the collective kernels (launch bounds): 1, so that ranks
+/// sharing a GPU fit one CTA of each rank's collective per SM. 2 made the one-shot kernels spill and run 1.3x
+/// (48 KiB) to 2.3x (64 MiB) slower (docs/results/h200-2026-12-04/s5c-8599fd3).
+inline constexpr int min_blocks_per_sm = 1;
 
 /// Which code of the all-reduce a kernel compiles: every path, one part per CTA (any call with parts ==
 /// gridDim.x); every path, CTAs looping over parts (any_loop); or the bulk loop alone, CTAs looping over parts
@@ -56,51 +50,65 @@ static_assert(ROCENANTE_KERNEL_MIN_BLOCKS >= 1 && ROCENANTE_KERNEL_MIN_BLOCKS <=
 /// saves.
 enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3, small = 4, small_ll = 5 };
 
-/// Whether gpu::communicator launches reduce_path::small kernels (1, the default) or the all-purpose kernel in
-/// their place (0: a side-by-side experiment, receipt s7b-3b87ba1). One value per program.
-#ifndef ROCENANTE_SMALL_KERNEL
-#define ROCENANTE_SMALL_KERNEL 1
-#endif
-/// At which rank counts gpu::communicator launches the decode-size kernels (reduce_path::small, small_ll) over
-/// transport::fixed_ranks — the rank count a template parameter, every loop over ranks unrolled, the reduce loading
-/// exactly n sources — instead of over the plain handle. A mask: bit N set = fixed kernels at N ranks, for N in
-/// {2, 4, 8}; 0 = never; 1 = at 2, 4 and 8. The default, bits 2 and 8, is what the H200 measured side by side
-/// (docs/results/h200-2026-12-05/s11-0c4216e; 16 CTAs of 192 threads, early input, held
-/// addresses): the fixed kernels were 0.11-0.16 us faster at 2 and 8 ranks (8 and 48 KiB) and 0.056 us slower at
-/// 4 ranks, at both sizes. Each rank count set adds up to two kernels per reduction and epilogue (compile time).
-/// One value per program.
-#ifndef ROCENANTE_SMALL_FIXED_RANKS
-#define ROCENANTE_SMALL_FIXED_RANKS ((1 << 2) | (1 << 8))
-#endif
-/// Whether the decode-size kernels at `ranks` ranks run over transport::fixed_ranks (ROCENANTE_SMALL_FIXED_RANKS).
-constexpr bool small_fixed_at(int ranks) {
-  constexpr unsigned given = unsigned(ROCENANTE_SMALL_FIXED_RANKS);
-  constexpr unsigned mask = given == 1u ? (1u << 2) | (1u << 4) | (1u << 8) : given;
-  return (ranks == 2 || ranks == 4 || ranks == 8) && ((mask >> ranks) & 1u) != 0;
-}
-inline constexpr bool small_fixed_ranks = small_fixed_at(2) || small_fixed_at(4) || small_fixed_at(8);
-static_assert((unsigned(ROCENANTE_SMALL_FIXED_RANKS) & ~((1u << 1) | (1u << 2) | (1u << 4) | (1u << 8))) == 0,
-              "ROCENANTE_SMALL_FIXED_RANKS is a mask of rank counts: bits 2, 4 and 8 (or 1 for all three)");
+/// One all-reduce kernel that gpu::communicator launches: its code, and its handle — the plain one (fixed == 0), or
+/// transport::fixed_ranks<handle, N> (fixed == N: the rank count a template parameter, every loop over ranks
+/// unrolled), launched at N ranks only.
+struct variant {
+  reduce_path path;
+  int fixed = 0;
+  constexpr bool operator==(const variant&) const = default;
+};
 
-/// Fewest threads of a reduce_path::small launch (tuning experiments; one value per program).
-#ifndef ROCENANTE_SMALL_MIN_THREADS
-#define ROCENANTE_SMALL_MIN_THREADS 64
-#endif
-static_assert(ROCENANTE_SMALL_MIN_THREADS >= 32 && ROCENANTE_SMALL_MIN_THREADS <= threads_per_block &&
-                  ROCENANTE_SMALL_MIN_THREADS % 32 == 0,
-              "ROCENANTE_SMALL_MIN_THREADS must be whole warps, at most threads_per_block");
+/// Every all-reduce kernel gpu::communicator launches. Its dispatch (all_reduce) and its set-up co-residency check
+/// both read this table, so a kernel is listed here and nowhere else. The decode-size kernels run over fixed_ranks
+/// at 2 and 8 ranks, where they were 0.11-0.16 us faster, not at 4, where they were 0.056 us slower
+/// (docs/results/h200-2026-12-05/s11-0c4216e); small_ll serves at most ll_max_ranks = 2 ranks.
+inline constexpr variant all_reduce_variants[] = {
+    {reduce_path::any},  {reduce_path::any_loop}, {reduce_path::bulk},       {reduce_path::bulk_discard},
+    {reduce_path::small}, {reduce_path::small, 2}, {reduce_path::small, 8}, {reduce_path::small_ll, 2},
+};
+inline constexpr int variant_count = static_cast<int>(sizeof(all_reduce_variants) / sizeof(all_reduce_variants[0]));
+
+/// Whether a call at `ranks` ranks can take `path` (the LL path serves 2..ll_max_ranks ranks: algorithm::one_shot::uses_ll).
+constexpr bool path_at(reduce_path path, int ranks) {
+  return path != reduce_path::small_ll || (ranks > 1 && ranks <= ll_max_ranks);
+}
+
+/// Index in all_reduce_variants of the kernel a call taking `path` at `ranks` ranks launches: the fixed_ranks entry
+/// for this rank count if there is one, else the plain one; -1 where the path cannot occur at this rank count.
+constexpr int variant_index(reduce_path path, int ranks) {
+  if (!path_at(path, ranks)) return -1;
+  int plain = -1;
+  for (int i = 0; i < variant_count; ++i) {
+    if (all_reduce_variants[i] == variant{path, ranks}) return i;
+    if (all_reduce_variants[i] == variant{path, 0}) plain = i;
+  }
+  return plain;
+}
+
+/// Every path that can occur at a rank count has a kernel.
+constexpr bool variants_cover_every_call() {
+  for (int n = 1; n <= max_ranks; ++n)
+    for (int p = 0; p <= static_cast<int>(reduce_path::small_ll); ++p)
+      if (path_at(reduce_path(p), n) && variant_index(reduce_path(p), n) < 0) return false;
+  return true;
+}
+static_assert(variants_cover_every_call(), "all_reduce_variants: a reduce_path has no kernel at some rank count");
+
+/// Fewest threads of a reduce_path::small launch: whole warps.
+inline constexpr unsigned small_min_threads = 64;
 
 /// Threads of a reduce_path::small launch whose largest part has `packets` packets: whole warps, at least
-/// ROCENANTE_SMALL_MIN_THREADS, at most threads_per_block (fewer threads, cheaper barriers).
+/// small_min_threads, at most threads_per_block (fewer threads, cheaper barriers).
 ROCENANTE_HOST_DEVICE constexpr unsigned small_threads(std::uint64_t packets) {
   const std::uint64_t t = (packets + 31) / 32 * 32;
-  return t < ROCENANTE_SMALL_MIN_THREADS ? ROCENANTE_SMALL_MIN_THREADS
-                                         : (t > threads_per_block ? threads_per_block : static_cast<unsigned>(t));
+  return t < small_min_threads ? small_min_threads
+                               : (t > threads_per_block ? threads_per_block : static_cast<unsigned>(t));
 }
 
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue,
           reduce_path Path = reduce_path::any>
-__global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
+__global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
     all_reduce(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count, std::uint32_t parts, Epilogue epi = {}) {
   using block_t = device::block_all_reduce<Algorithm, Reduction, Handle, Epilogue>;
@@ -129,7 +137,7 @@ __global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS
 
 /// Loop: CTAs loop over parts (parts > gridDim.x); otherwise one part per CTA (see reduce_path::any).
 template <class Algorithm, class Reduction, class Handle, bool Loop = false>
-__global__ void __launch_bounds__(threads_per_block, ROCENANTE_KERNEL_MIN_BLOCKS)
+__global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
     all_gather(device::context<Handle> ctx, const typename Reduction::value_type* in,
                typename Reduction::value_type* out, std::uint64_t count, std::uint32_t parts) {
   dependent_launch_entry();

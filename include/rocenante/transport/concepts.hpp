@@ -61,8 +61,8 @@ concept transport_handle =
 /// ranks() is N. Code built over it (protocol/, algorithm/) sees every loop over ranks with a known trip count —
 /// unrolled, no per-peer bounds checks, loads for sources past the last rank dropped — and is otherwise the code
 /// built over H: the same bytes on the wire and in the result. Build one only from a handle whose ranks() is N
-/// (with_fixed_ranks checks). gpu::communicator launches its decode-size kernels over it at 2, 4 and 8 ranks when
-/// ROCENANTE_SMALL_FIXED_RANKS is 1 (kernel/collectives.cuh).
+/// (with_fixed_ranks checks). gpu::communicator launches its decode-size kernels over it at the rank counts that
+/// kernel::all_reduce_variants names (kernel/collectives.cuh).
 template <class H, int N>
 struct fixed_ranks : H {
   static_assert(N >= 1, "a fixed rank count is at least 1");
