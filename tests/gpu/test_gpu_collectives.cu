@@ -607,6 +607,8 @@ TEST_SUITE("gpu.graph") {
       cudaMemcpy(i2.p, h2.data(), c2 * sizeof(T), cudaMemcpyHostToDevice);
       cudaMemcpy(i3.p, h3.data(), c3 * sizeof(T), cudaMemcpyHostToDevice);
       cudaMemcpy(i4.p, h4.data(), c4 * sizeof(T), cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();
+      b.barrier();  // every rank's set-up copies done before any rank captures
       cudaGraph_t graph;
       CUDA_REQUIRE(cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal));
       REQUIRE(comm.all_reduce(i1.p, o1.p, c1, gr.stream) == status::ok);
@@ -617,7 +619,6 @@ TEST_SUITE("gpu.graph") {
       CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
       cudaGraphExec_t exec;
       CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-      cudaDeviceSynchronize();
       b.barrier();  // no device-synchronising call from here on
       auto replay = [&] {
         cudaGraphLaunch(exec, gr.stream);
