@@ -1,6 +1,7 @@
 // tests/host/test_failure.cpp — fail-stop when a rank stops taking part: every surviving rank returns
 // status::timeout within the timeout (plus scheduling slack), check_health() names the missing peer and the
-// sequence, later calls return status::poisoned at once, and teardown returns (HAZARDS #11, #12, #13).
+// sequence, later calls return status::poisoned at once, and teardown returns (HAZARDS #11, #12, #13). Suite
+// host.failure.poison: a call that does not complete leaves the poison value in out and counts in failures().
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
