@@ -85,12 +85,18 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_poisoned(rank_state* s) {
   return detail::load_acquire<std::uint32_t, state_scope>(&s->poison) != healthy;
 }
 
+/// Adds one failed collective to the count, and to the mirror when there is one. One thread per failed collective
+/// calls it (never two at once: calls of a rank run in order), so a load and a store suffice.
+ROCENANTE_HOST_DEVICE ROCENANTE_COLD void count_failure(rank_state* s, rank_state* mirror) {
+  const std::uint64_t v = detail::load_relaxed<std::uint64_t>(&s->failures) + 1;
+  detail::store_release<std::uint64_t>(&s->failures, v);
+  if (mirror != nullptr) detail::store_release<std::uint64_t>(&mirror->failures, v);
+}
+
 /// Record a failure and poison the rank. Only the first caller's record is kept; later callers return false.
 /// `mirror`, when not null, receives a copy of the record and the poison word: GPU communicators keep their
 /// state in device memory (fast to poll) and a mirror in host-mapped memory, so that the host can read the
 /// health of a rank without synchronizing the device (hazard H13).
-ROCENANTE_HOST_DEVICE ROCENANTE_COLD void count_failure(rank_state* s, rank_state* mirror);
-
 ROCENANTE_HOST_DEVICE ROCENANTE_COLD bool poison(rank_state* s, const failure_record& rec, rank_state* mirror = nullptr) {
   if (!detail::compare_exchange<std::uint32_t, state_scope>(&s->poison, healthy, poisoning)) return false;
   s->failure = rec;
@@ -108,14 +114,6 @@ ROCENANTE_HOST_DEVICE ROCENANTE_COLD bool poison(rank_state* s, const failure_re
 /// from the mirror (gpu::communicator::failures()) or from the host executor's state.
 ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint64_t failures(rank_state* s) {
   return detail::load_relaxed<std::uint64_t>(&s->failures);
-}
-
-/// Adds one failed collective to the count, and to the mirror when there is one. One thread per failed collective
-/// calls it (never two at once: calls of a rank run in order), so a load and a store suffice.
-ROCENANTE_HOST_DEVICE ROCENANTE_COLD void count_failure(rank_state* s, rank_state* mirror) {
-  const std::uint64_t v = detail::load_relaxed<std::uint64_t>(&s->failures) + 1;
-  detail::store_release<std::uint64_t>(&s->failures, v);
-  if (mirror != nullptr) detail::store_release<std::uint64_t>(&mirror->failures, v);
 }
 
 /// Thread 0 of part 0 calls it after a call of this rank ended unfinished — a wait failed, or the call returned at
