@@ -478,3 +478,58 @@ TEST_SUITE("host.failure.poison") {
     }
   }
 }
+
+TEST_SUITE("host.failure.poison") {
+  TEST_CASE("the failure count rises once per failed collective whichever part poisons the rank and whether part 0 "
+            "finished (the GPU kernels' counting rule, driven by hand)") {
+    // A kernel's parts: poison() counts the call that poisons the rank; thread 0 of part 0 calls count_failed_call
+    // after every call it did not finish. S = the poisoning call's sequence.
+    constexpr std::uint32_t S = 41;
+    auto record = [](std::uint32_t seq) {
+      protocol::failure_record rec{};
+      rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::timeout);
+      rec.seq = seq;
+      return rec;
+    };
+    protocol::rank_state st{}, mirror{};
+    SUBCASE("part 0 itself fails in S") {
+      protocol::init_state(st, S);
+      CHECK(protocol::poison(&st, record(S), &mirror));
+      protocol::count_failed_call(&st, &mirror);  // part 0's failure path in S: already counted
+      CHECK(protocol::failures(&st) == 1);
+      protocol::count_failed_call(&st, &mirror);  // the next call (seq[0] still S): returns at entry
+      CHECK(protocol::failures(&st) == 2);
+    }
+    SUBCASE("another part poisons S; part 0 returns at entry in S") {
+      protocol::init_state(st, S);
+      CHECK(protocol::poison(&st, record(S), &mirror));
+      protocol::count_failed_call(&st, &mirror);
+      CHECK(protocol::failures(&st) == 1);
+      protocol::count_failed_call(&st, &mirror);
+      protocol::count_failed_call(&st, &mirror);
+      CHECK(protocol::failures(&st) == 3);
+    }
+    SUBCASE("part 0 finishes S, another part poisons it: S counted once, every later call once") {
+      protocol::init_state(st, S);
+      st.seq[0] = S + 1;  // part 0's finish
+      CHECK(protocol::poison(&st, record(S), &mirror));
+      CHECK(protocol::failures(&st) == 1);
+      protocol::count_failed_call(&st, &mirror);  // next call, part 0 at entry
+      CHECK(protocol::failures(&st) == 2);
+      protocol::count_failed_call(&st, &mirror);
+      CHECK(protocol::failures(&st) == 3);
+    }
+    SUBCASE("a second poison() is not counted") {
+      protocol::init_state(st, S);
+      CHECK(protocol::poison(&st, record(S), &mirror));
+      CHECK_FALSE(protocol::poison(&st, record(S), &mirror));
+      CHECK(protocol::failures(&st) == 1);
+    }
+    SUBCASE("a healthy rank counts nothing") {
+      protocol::init_state(st, S);
+      protocol::count_failed_call(&st, &mirror);
+      CHECK(protocol::failures(&st) == 0);
+    }
+    CHECK(mirror.failures == st.failures);  // the host reads the mirror
+  }
+}
