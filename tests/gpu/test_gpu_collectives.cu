@@ -576,6 +576,106 @@ TEST_SUITE("gpu.graph") {
   }
 }
 
+/// Copies this rank's failure count, as a kernel of a captured graph sees it, to `out`.
+__global__ void read_failures(protocol::rank_state* state, std::uint64_t* out) { *out = protocol::failures(state); }
+
+TEST_SUITE("gpu.graph") {
+  TEST_CASE("graph replay after a peer stops: every survivor's outputs are NaN, never the previous values; the "
+            "failure count rises by one per collective, also inside the graph; check_health names the rank") {
+    const int n = 4, dead = n - 1;
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 20;
+    o.timeout_ns = 300'000'000ull;  // 300 ms
+    using T = __nv_bfloat16;
+    // decode-size (small kernel), all-gather, ring, and a bulk one-shot: every kernel variant's failure path
+    const std::size_t c1 = 1000, c2 = 2048, c3 = 40000 + 3, c4 = 100000;
+    const std::uint16_t nan_bits = 0x7fc0;
+    std::atomic<int> bad{0};
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+      const int r = b.rank();
+      gpu::communicator<> comm(b, o);
+      gpu_rank gr;
+      dev_buf<T> i1(c1), o1(c1), i2(c2), o2(c2 * n), i3(c3), o3(c3), i4(c4), o4(c4);
+      dev_buf<std::uint64_t> in_graph(1);
+      pinned<T> h1(c1), h2(c2), h3(c3), h4(c4), g1(c1), g2(c2 * n), g3(c3), g4(c4);
+      pinned<std::uint64_t> seen(1);
+      for (std::size_t i = 0; i < c1; ++i) h1[i] = from_float<T>(float(r + 1));
+      for (std::size_t i = 0; i < c2; ++i) h2[i] = from_float<T>(float(r + 1));
+      for (std::size_t i = 0; i < c3; ++i) h3[i] = from_float<T>(float(r + 1));
+      for (std::size_t i = 0; i < c4; ++i) h4[i] = from_float<T>(float(r + 1));
+      cudaMemcpy(i1.p, h1.data(), c1 * sizeof(T), cudaMemcpyHostToDevice);
+      cudaMemcpy(i2.p, h2.data(), c2 * sizeof(T), cudaMemcpyHostToDevice);
+      cudaMemcpy(i3.p, h3.data(), c3 * sizeof(T), cudaMemcpyHostToDevice);
+      cudaMemcpy(i4.p, h4.data(), c4 * sizeof(T), cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();
+      b.barrier();  // every rank's set-up copies done before any rank captures
+      cudaGraph_t graph;
+      CUDA_REQUIRE(cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal));
+      REQUIRE(comm.all_reduce(i1.p, o1.p, c1, gr.stream) == status::ok);
+      REQUIRE(comm.all_gather(i2.p, o2.p, c2, gr.stream) == status::ok);
+      REQUIRE(comm.all_reduce<algorithm::ring>(i3.p, o3.p, c3, gr.stream) == status::ok);
+      REQUIRE(comm.all_reduce(i4.p, o4.p, c4, gr.stream) == status::ok);
+      read_failures<<<1, 1, 0, gr.stream>>>(comm.device_context().state, in_graph.p);
+      CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
+      cudaGraphExec_t exec;
+      CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+      b.barrier();  // no device-synchronising call from here on
+      auto replay = [&] {
+        cudaGraphLaunch(exec, gr.stream);
+        cudaMemcpyAsync(g1.data(), o1.p, c1 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(g2.data(), o2.p, c2 * n * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(g3.data(), o3.p, c3 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(g4.data(), o4.p, c4 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemcpyAsync(seen.data(), in_graph.p, sizeof(std::uint64_t), cudaMemcpyDeviceToHost, gr.stream);
+        return cudaStreamSynchronize(gr.stream) == cudaSuccess;
+      };
+      auto count_nan = [&](pinned<T>& g, std::size_t len) {
+        std::size_t k = 0;
+        for (std::size_t i = 0; i < len; ++i) {
+          std::uint16_t u;
+          std::memcpy(&u, &g[i], 2);
+          k += u == nan_bits;
+        }
+        return k;
+      };
+      // Three good replays on every rank: the outputs then hold valid sums (the "previous values").
+      const float total = float(n * (n + 1) / 2);
+      for (int rep = 0; rep < 3; ++rep) {
+        if (!replay()) ++bad;
+        if (__bfloat162float(g1[0]) != total || __bfloat162float(g3[c3 - 1]) != total ||
+            __bfloat162float(g4[c4 / 2]) != total || __bfloat162float(g2[(n - 1) * c2]) != float(n))
+          ++bad;
+      }
+      if (comm.failures() != 0 || seen[0] != 0) ++bad;
+      b.barrier();
+      if (r != dead) {
+        for (int rep = 1; rep <= 2; ++rep) {
+          if (!replay()) ++bad;  // the kernels end by themselves (bounded waits), poisoned or not
+          const std::size_t nan = count_nan(g1, c1) + count_nan(g2, c2 * n) + count_nan(g3, c3) + count_nan(g4, c4);
+          const std::size_t all = c1 + c2 * n + c3 + c4;
+          const std::uint64_t f = comm.failures();
+          MESSAGE("rank " << r << " replay " << rep << " after the peer stopped: " << nan << " of " << all
+                          << " outputs NaN, failures " << f << " (in the graph: " << seen[0] << ")");
+          if (nan != all) ++bad;
+          if (f != std::uint64_t(4 * rep) || seen[0] != f) ++bad;  // four collectives per replay
+        }
+        const host::health h = comm.check_health();
+        if (h.ok() || h.failure.peer != dead || h.message.find("rank " + std::to_string(dead)) == std::string::npos) ++bad;
+        // An eager call on the poisoned communicator is refused, and still fills its output and counts.
+        cudaMemsetAsync(o1.p, 0, c1 * sizeof(T), gr.stream);
+        if (comm.all_reduce(i1.p, o1.p, c1, gr.stream) != status::poisoned) ++bad;
+        cudaMemcpyAsync(g1.data(), o1.p, c1 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;
+        if (count_nan(g1, c1) != c1 || comm.failures() != 9) ++bad;
+      }
+      b.barrier();
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    });
+    CHECK(bad.load() == 0);
+  }
+}
+
 /// The last rank never launches: every other rank reports it by name within the timeout + 1 s without a device
 /// synchronize, its kernel ends by itself, and later calls are no-ops. At 2 ranks a call of at most 64 KiB takes
 /// the LL path (one_shot::uses_ll), whose waits are the inline checks, not wait_one.

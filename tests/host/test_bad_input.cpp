@@ -531,7 +531,9 @@ struct op_comm : comm_t {
                                                        static_cast<std::uint32_t>(R::op_id), count);
     const std::uint32_t parts = algorithm::part_count(protocol::ceil_div(count, reduce::lanes<R>),
                                                       protocol::ceil_div(this->opts().min_part_bytes, packet_bytes), this->opts().max_parts);
-    return this->run_parts(sig, parts, [&](auto& s) { return one_shot::all_reduce<R>(s, in, out, count, parts); });
+    return this->run_parts(
+        sig, parts, [&](auto& s) { return one_shot::all_reduce<R>(s, in, out, count, parts); },
+        [&] { algorithm::fill_poison(out, 0, count, 0, 1); });
   }
 };
 

@@ -30,6 +30,7 @@
 #include "../transport/concepts.hpp"
 #include "concepts.hpp"
 #include "partition.hpp"
+#include "poison.hpp"
 
 namespace rocenante::algorithm {
 
@@ -326,6 +327,20 @@ struct one_shot {
     }
     s.finish(parts);
     return true;
+  }
+
+  /// The failure path of part `part` of `parts` (a wait failed, or the call returned at entry on a poisoned rank):
+  /// every team thread calls; the part's own elements of `out` get the poison value (all-gather: its elements of
+  /// every rank's block of out). Parts that completed keep their result.
+  template <reduce::reduction R, class Team>
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, typename R::value_type* out, std::uint64_t count,
+                                                              std::uint32_t part, std::uint32_t parts, int ranks,
+                                                              protocol::collective c) {
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, part);
+    const std::uint64_t first = pr.begin * reduce::lanes<R>, last = pr.end * reduce::lanes<R> < count ? pr.end * reduce::lanes<R> : count;
+    const int blocks = c == protocol::collective::all_gather ? ranks : 1;
+    for (int q = 0; q < blocks; ++q)
+      fill_poison(out + q * count, first, last, static_cast<std::uint64_t>(team.thread()), static_cast<std::uint64_t>(team.size()));
   }
 
   /// Whether a transport handle has an LL area (directly written windows).

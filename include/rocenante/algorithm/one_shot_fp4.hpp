@@ -53,6 +53,7 @@
 #include "concepts.hpp"
 #include "one_shot.hpp"
 #include "partition.hpp"
+#include "poison.hpp"
 
 namespace rocenante::algorithm {
 
@@ -91,6 +92,29 @@ struct nvfp4_gather {
   std::uint8_t* out_scales = nullptr;        ///< sf_bytes(out_layout, n*rows, cols)
   reduce::nvfp4::sf_layout out_layout = reduce::nvfp4::sf_layout::swizzled_128x4;
 };
+
+/// Every output of a quantizing all-reduce, to be filled with the poison value (T outputs: NaN; NVFP4: codes 0 and
+/// every scale byte, padding included, the E4M3 NaN 0x7f, so that every element decodes to NaN).
+template <class T>
+ROCENANTE_HOST_DEVICE poison_list poison_of(const nvfp4_epilogue<T>& e) {
+  poison_list l{};
+  const std::uint64_t count = e.rows * e.cols;
+  if (e.residual_out != nullptr) l.span[0] = poison_of(e.residual_out, count);
+  if (e.norm_out != nullptr) l.span[1] = poison_of(e.norm_out, count);
+  if (e.out_data != nullptr) l.span[2] = {e.out_data, count / 2, 0u, 1u};
+  if (e.out_data != nullptr && e.out_scales != nullptr)
+    l.span[3] = {e.out_scales, reduce::nvfp4::sf_bytes(e.layout, e.rows, e.cols), poison_scale, 1u};
+  return l;
+}
+
+/// Every output of an NVFP4 all-gather over `ranks` ranks, to be filled with the poison value (as above).
+ROCENANTE_HOST_DEVICE inline poison_list poison_of(const nvfp4_gather& g, int ranks) {
+  poison_list l{};
+  const std::uint64_t rows = g.rows * static_cast<std::uint64_t>(ranks);
+  if (g.out_data != nullptr) l.span[0] = {g.out_data, rows * g.cols / 2, 0u, 1u};
+  if (g.out_scales != nullptr) l.span[1] = {g.out_scales, reduce::nvfp4::sf_bytes(g.out_layout, rows, g.cols), poison_scale, 1u};
+  return l;
+}
 
 namespace fp4_detail {
 
@@ -633,6 +657,48 @@ struct one_shot_fp4 {
     }
     s.finish(parts);
     return true;
+  }
+
+  /// Failure paths (a wait failed, or the call returned at entry on a poisoned rank): every team thread of part
+  /// `part` calls; the part's own outputs get the poison value (algorithm/poison.hpp), other parts' stay as they are.
+  template <reduce::reduction R, class Team>
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, typename R::value_type* out, std::uint64_t count,
+                                                              std::uint32_t part, std::uint32_t parts) {
+    const range pb = split(reduce::nvfp4::blocks(count), parts, part);
+    const std::uint64_t last = pb.end * 16 < count ? pb.end * 16 : count;
+    fill_poison(out, pb.begin * 16, last, static_cast<std::uint64_t>(team.thread()), static_cast<std::uint64_t>(team.size()));
+  }
+  template <class T, class Team>
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, const nvfp4_epilogue<T>& e, std::uint32_t part,
+                                                              std::uint32_t parts) {
+    const range rows = split(e.rows, parts, part);
+    const std::uint64_t t = static_cast<std::uint64_t>(team.thread()), step = static_cast<std::uint64_t>(team.size());
+    if (e.residual_out != nullptr) fill_poison(e.residual_out, rows.begin * e.cols, rows.end * e.cols, t, step);
+    if (e.norm_out != nullptr) fill_poison(e.norm_out, rows.begin * e.cols, rows.end * e.cols, t, step);
+    if (e.out_data != nullptr) poison_rows(e.out_data, e.out_scales, e.layout, e.cols, rows.begin, rows.end, t, step);
+  }
+  template <class Team>
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, const nvfp4_gather& g, int ranks, std::uint32_t part,
+                                                              std::uint32_t parts) {
+    const range rows = split(g.rows, parts, part);
+    const std::uint64_t t = static_cast<std::uint64_t>(team.thread()), step = static_cast<std::uint64_t>(team.size());
+    for (int q = 0; q < ranks; ++q) {
+      const std::uint64_t m0 = static_cast<std::uint64_t>(q) * g.rows;
+      poison_rows(g.out_data, g.out_scales, g.out_layout, g.cols, m0 + rows.begin, m0 + rows.end, t, step);
+    }
+  }
+
+ private:
+  /// Rows [m0, m1) of an NVFP4 tensor: codes 0, scale bytes 0x7f.
+  ROCENANTE_HOST_DEVICE static void poison_rows(std::uint8_t* data, std::uint8_t* scales, reduce::nvfp4::sf_layout layout,
+                                                std::uint64_t cols, std::uint64_t m0, std::uint64_t m1, std::uint64_t t,
+                                                std::uint64_t step) {
+    const std::uint64_t kb = reduce::nvfp4::scale_cols(cols), rb = cols / 2;
+    if (data != nullptr)
+      for (std::uint64_t i = m0 * rb + t; i < m1 * rb; i += step) data[i] = 0;
+    if (scales != nullptr)
+      for (std::uint64_t i = t; i < (m1 - m0) * kb; i += step)
+        scales[reduce::nvfp4::sf_offset(layout, m0 + i / kb, i % kb, cols)] = poison_scale;
   }
 };
 

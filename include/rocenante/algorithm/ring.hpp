@@ -31,6 +31,7 @@
 #include "../reduce/packet.hpp"
 #include "concepts.hpp"
 #include "partition.hpp"
+#include "poison.hpp"
 
 namespace rocenante::algorithm {
 
@@ -157,6 +158,25 @@ struct ring {
     }
     s.finish(parts);
     return true;
+  }
+
+  /// The failure path of part `part` of `parts`: every team thread calls; the part's packets of every chunk (the
+  /// elements this part would have written) get the poison value.
+  template <reduce::reduction R, class Team>
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, typename R::value_type* out, std::uint64_t count,
+                                                              std::uint32_t part, std::uint32_t parts, int ranks,
+                                                              protocol::collective) {
+    const int n = ranks > 1 ? ranks : 1;
+    const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+    const std::uint64_t k = chunk_packets(n, packets);
+    const range sub = split(k, parts, part);
+    for (int c = 0; c < n; ++c) {
+      const std::uint64_t lo = static_cast<std::uint64_t>(c) * k + sub.begin, hi = static_cast<std::uint64_t>(c) * k + sub.end;
+      const std::uint64_t first = lo * reduce::lanes<R>, last = hi * reduce::lanes<R>;
+      if (first >= count) break;
+      fill_poison(out, first, last < count ? last : count, static_cast<std::uint64_t>(team.thread()),
+                  static_cast<std::uint64_t>(team.size()));
+    }
   }
 
  private:

@@ -166,7 +166,8 @@ class communicator {
     static_assert(reduce::check_reduction<R>());
     static_assert(A::template supports<R>, "this algorithm cannot run this reduction");
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
-    if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream); s != status::ok) return s;
+    if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream, algorithm::poison_of(out, count)); s != status::ok)
+      return s;
     return launch_variant<A, R, Epilogue>(kernel::variant_index(path_for<T, A>(count), size()), in, out, count, stream,
                                           epi, std::make_integer_sequence<int, kernel::variant_count>{});
   }
@@ -175,12 +176,20 @@ class communicator {
   status all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream, A = {}) {
     using R = reduce::sum<std::remove_cv_t<T>>;
     static_assert(A::supports_all_gather, "this algorithm has no all-gather; use one_shot");
-    if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream); s != status::ok) return s;
+    if (const status s = precheck<A>(in, out, count, sizeof(T), true, stream, algorithm::poison_of(out, std::uint64_t{count} * size()));
+        s != status::ok)
+      return s;
     const algorithm::launch_split sp = split_for<T, A>(count);
     if (sp.parts > sp.ctas)
       return launched(launch(kernel::all_gather<A, R, handle_type, true>, sp.ctas, threads, stream, capacity_, ctx_, in, out, count, sp.parts));
     return launched(launch(kernel::all_gather<A, R, handle_type>, sp.ctas, threads, stream, capacity_, ctx_, in, out, count, sp.parts));
   }
+
+  /// Collectives of this rank that did not complete — failed, timed out, refused, or called (or replayed in a
+  /// graph) on a poisoned communicator; each of them filled its output with the poison value (docs/api.md).
+  /// Reads the host-mapped mirror: no device synchronize; a kernel reads the same count from
+  /// protocol::failures(device_context().state). Counted when the kernel that failed runs, not at launch.
+  std::uint64_t failures() const { return detail::load_acquire(&mirror_host_->failures); }
 
   /// Health without a device synchronize: reads the host-mapped mirror of the failure record.
   health check_health() const {
@@ -241,7 +250,8 @@ class communicator {
             stream, "this epilogue's kernel fits " + std::to_string(per_sm) + " CTA(s) per SM: " +
                         std::to_string(sharing_) + " ranks x " + std::to_string(sp.ctas) + " CTAs would not all be " +
                         "resident on " + std::to_string(sms_) + " SMs and could deadlock; lower options::max_ctas or " +
-                        "the epilogue's register use");
+                        "the epilogue's register use",
+            algorithm::poison_list{{algorithm::poison_of(out, count)}});
       capacity = std::uint64_t(sms_) * std::uint64_t(per_sm < 0 ? 0 : per_sm);
     }
     // The small kernel: only as many threads as the largest part has packets (every rank derives the same number).
@@ -275,11 +285,21 @@ class communicator {
 
  private:
   /// Checks that depend only on this call's arguments. A refusal is still a step in the sequence: the reject
-  /// kernel takes the collective's place on the stream and tells the peers to abort (session::reject).
+  /// kernel takes the collective's place on the stream and tells the peers to abort (session::reject). A refused
+  /// call, and a call on a poisoned communicator, fills `fill` (all of out) when out is not null and count fits
+  /// capacity_bytes (else nothing: a count above capacity more likely says the size is wrong than the buffer that
+  /// large) and is counted (failures()).
   template <class A>
-  status precheck(const void* in, const void* out, std::size_t count, std::size_t elem, bool gather, cudaStream_t stream) {
-    if (detail::load_acquire(&mirror_host_->poison) == protocol::poisoned)
+  status precheck(const void* in, const void* out, std::size_t count, std::size_t elem, bool gather, cudaStream_t stream,
+                  algorithm::poison_span fill) {
+    algorithm::poison_list safe{};
+    if (out != nullptr && count != 0 && count <= opts_.capacity_bytes / elem) safe.span[0] = fill;
+    if (detail::load_acquire(&mirror_host_->poison) == protocol::poisoned) {
+      // Nothing to take part in: the reject kernel returns at entry after filling and counting.
+      (void)launch(kernel::reject<handle_type>, 1, threads, stream, capacity_, ctx_, safe);
+      (void)cudaGetLastError();
       return refuse(status::poisoned, check_health().message);
+    }
     std::string why;
     const auto* ib = static_cast<const std::byte*>(in);
     const auto* ob = static_cast<const std::byte*>(out);
@@ -294,12 +314,13 @@ class communicator {
     else if (!(!gather && ib == ob) && ib < ob + out_bytes && ob < ib + count * elem)
       why = "input and output overlap without being the same buffer";
     if (why.empty()) return status::ok;
-    return reject_in_sequence(stream, why);
+    return reject_in_sequence(stream, why, safe);
   }
 
-  /// A refusal that takes the collective's place on the stream: the reject kernel tells the peers to abort.
-  status reject_in_sequence(cudaStream_t stream, const std::string& why) {
-    (void)launch(kernel::reject<handle_type>, 1, threads, stream, capacity_, ctx_);
+  /// A refusal that takes the collective's place on the stream: the reject kernel tells the peers to abort and
+  /// fills `fill` with the poison value.
+  status reject_in_sequence(cudaStream_t stream, const std::string& why, const algorithm::poison_list& fill) {
+    (void)launch(kernel::reject<handle_type>, 1, threads, stream, capacity_, ctx_, fill);
     (void)cudaGetLastError();
     return refuse(status::invalid_argument,
                   why + "; peers were told to abort this collective and the communicator is now poisoned");

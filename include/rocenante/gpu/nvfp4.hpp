@@ -19,9 +19,11 @@
 namespace rocenante::gpu {
 
 namespace nvfp4_detail {
+/// `fill`: the outputs the refused call fills with the poison value (what is safe to write; see the callers).
 template <class Transport>
-status refuse(communicator<Transport>& c, cudaStream_t stream, const std::string& reason, std::string* why) {
-  kernel::reject<typename Transport::handle_type><<<1, kernel::threads_per_block, 0, stream>>>(c.device_context());
+status refuse(communicator<Transport>& c, cudaStream_t stream, const std::string& reason, std::string* why,
+              const algorithm::poison_list& fill = {}) {
+  kernel::reject<typename Transport::handle_type><<<1, kernel::threads_per_block, 0, stream>>>(c.device_context(), fill);
   (void)cudaGetLastError();
   if (why) *why = "rocenante rank " + std::to_string(c.rank()) + ": " + reason +
                   "; peers were told to abort this collective and the communicator is now poisoned";
@@ -52,7 +54,12 @@ status all_reduce_fp4(communicator<Transport>& c, const T* in, T* out, std::size
   const std::uint32_t parts = algorithm::one_shot_fp4::parts_for(count, sizeof(T), c.opts().min_part_bytes, c.max_ctas());
   if (reason.empty() && !algorithm::one_shot_fp4::fits_window(count, parts, c.layout().source_stride))
     reason = "the NVFP4 payload does not fit the window's source region";
-  if (!reason.empty()) return nvfp4_detail::refuse(c, stream, reason, why);
+  // A refused call fills out when it is not null and count fits capacity (as gpu::communicator::all_reduce).
+  if (!reason.empty())
+    return nvfp4_detail::refuse(c, stream, reason, why,
+                                out != nullptr && count != 0 && count <= c.opts().capacity_bytes / sizeof(T)
+                                    ? algorithm::poison_list{{algorithm::poison_of(out, count)}}
+                                    : algorithm::poison_list{});
   kernel::nvfp4_all_reduce<R, typename Transport::handle_type>
       <<<parts, kernel::threads_per_block, 0, stream>>>(c.device_context(), in, out, count);
   return nvfp4_detail::launched(why);
@@ -68,7 +75,12 @@ status all_reduce_quantize(communicator<Transport>& c, const T* in, const algori
   if (reason.empty() && e.out_data != nullptr && e.out_scales == nullptr) reason = "out_scales is null";
   if (reason.empty() && !(e.global_scale > 0.0f && e.global_scale <= 3.4028234663852886e38f))
     reason = "global_scale must be a positive finite float";
-  if (!reason.empty()) return nvfp4_detail::refuse(c, stream, reason, why);
+  const std::uint64_t count = e.rows * e.cols;
+  if (!reason.empty())
+    return nvfp4_detail::refuse(c, stream, reason, why,
+                                count != 0 && count <= c.opts().capacity_bytes / sizeof(T) && e.cols % 16 == 0
+                                    ? algorithm::poison_of(e)
+                                    : algorithm::poison_list{});
   const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(e.rows, e.cols * sizeof(T), c.opts().min_part_bytes,
                                                                      c.max_ctas());
   kernel::nvfp4_all_reduce_quantize<T, typename Transport::handle_type>
@@ -86,7 +98,12 @@ status all_gather_nvfp4(communicator<Transport>& c, const algorithm::nvfp4_gathe
   const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(g.rows, g.cols / 2, c.opts().min_part_bytes, c.max_ctas());
   if (reason.empty() && !algorithm::one_shot_fp4::gather_fits(g.rows, g.cols, parts, c.layout().source_stride))
     reason = "the NVFP4 tensor does not fit the window's source region";
-  if (!reason.empty()) return nvfp4_detail::refuse(c, stream, reason, why);
+  const std::uint64_t count = g.rows * g.cols;
+  if (!reason.empty())
+    return nvfp4_detail::refuse(c, stream, reason, why,
+                                count != 0 && count <= c.opts().capacity_bytes && g.cols % 16 == 0
+                                    ? algorithm::poison_of(g, c.size())
+                                    : algorithm::poison_list{});
   kernel::nvfp4_all_gather<typename Transport::handle_type>
       <<<parts, kernel::threads_per_block, 0, stream>>>(c.device_context(), g);
   return nvfp4_detail::launched(why);

@@ -16,6 +16,7 @@
 
 #include "../algorithm/auto.hpp"
 #include "../algorithm/one_shot.hpp"
+#include "../algorithm/poison.hpp"
 #include "../algorithm/ring.hpp"
 #include "../bootstrap/concepts.hpp"
 #include "../core/error.hpp"
@@ -84,6 +85,11 @@ class executor_base {
   /// Message for the last status other than ok returned on this rank (empty if none).
   const std::string& last_error() const { return last_error_; }
 
+  /// Collectives of this rank that did not complete: failed, timed out, refused, or called on a poisoned
+  /// communicator (each such call also filled its output with the poison value: docs/api.md). Compare it before
+  /// and after a step to know whether the step's outputs can be used.
+  std::uint64_t failures() const { return protocol::failures(const_cast<protocol::rank_state*>(&state_)); }
+
  protected:
   using session_t = protocol::session<protocol::host_team, typename Transport::handle_type>;
 
@@ -101,15 +107,21 @@ class executor_base {
   ~executor_base() = default;
 
   /// One collective of `parts` parts under `signature`: body(session) runs each part in order; the first part that
-  /// fails stops the collective and reports the recorded failure.
-  template <class Body>
-  status run_parts(std::uint32_t signature, std::uint32_t parts, Body&& body) {
-    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
+  /// fails stops the collective, poison() fills the whole output with the poison value and the recorded failure is
+  /// reported. On a poisoned communicator nothing runs: the output is filled and the call counted (failures()).
+  template <class Body, class Poison>
+  status run_parts(std::uint32_t signature, std::uint32_t parts, Body&& body, Poison&& poison) {
+    if (protocol::is_poisoned(&state_)) [[unlikely]] {
+      poison();
+      protocol::count_failure(&state_, nullptr);
+      return refuse(status::poisoned, check_health().message);
+    }
     protocol::host_team team;
     auto handle = transport_.handle();
     for (std::uint32_t p = 0; p < parts; ++p) {
       session_t s(team, handle, &state_, policy_, signature, p);
-      if (!body(s)) {
+      if (!body(s)) [[unlikely]] {
+        poison();  // the failure was counted by the part that poisoned the rank (protocol::poison)
         const health h = check_health();
         return refuse(h.state == status::ok ? status::poisoned : h.state, h.message);
       }
@@ -126,8 +138,15 @@ class executor_base {
   /// Bad input seen by this rank: its peers may already be inside this collective, so the rank takes its place
   /// in the sequence and tells them to abort (session::reject), then reports the reason. On a poisoned
   /// communicator there is no sequence to take part in: the call reports the recorded failure, as every call does.
-  status reject_call(const std::string& why, status code = status::invalid_argument) {
-    if (protocol::is_poisoned(&state_)) return refuse(status::poisoned, check_health().message);
+  /// Either way the call is counted (failures()) and `poison` (a poison_list: what the caller judged safe to fill,
+  /// docs/api.md) is filled.
+  status reject_call(const std::string& why, status code = status::invalid_argument,
+                     const algorithm::poison_list& poison = {}) {
+    algorithm::fill_poison(poison, 0, 1);
+    if (protocol::is_poisoned(&state_)) {
+      protocol::count_failure(&state_, nullptr);
+      return refuse(status::poisoned, check_health().message);
+    }
     protocol::host_team team;
     auto handle = transport_.handle();
     session_t s(team, handle, &state_, policy_, 0, 0);
@@ -135,7 +154,7 @@ class executor_base {
       protocol::failure_record rec{};
       rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
       rec.peer = rank();
-      s.reject(rec);
+      s.reject(rec);  // counted by protocol::poison
     }
     return refuse(code, why + "; peers were told to abort this collective and the communicator is now poisoned");
   }
@@ -148,6 +167,16 @@ class executor_base {
       return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
              std::to_string(opts_.capacity_bytes) + "; raise options::capacity_bytes on every rank";
     return {};
+  }
+
+  /// What a refused call fills: all of `out` (`out_elems` elements) when out is not null and `count` fits
+  /// capacity_bytes; nothing otherwise — a null output cannot be filled, and a count above capacity more likely
+  /// says the size is wrong than the buffer that large (writing past a buffer is worse than leaving it).
+  template <class T>
+  algorithm::poison_list refused_poison(T* out, std::uint64_t count, std::uint64_t out_elems, std::uint64_t elem) const {
+    algorithm::poison_list l{};
+    if (out != nullptr && count != 0 && count <= opts_.capacity_bytes / elem) l.span[0] = algorithm::poison_of(out, out_elems);
+    return l;
   }
 
   /// Whether [a, a + an) and [b, b + bn) share a byte.
@@ -295,7 +324,8 @@ class communicator : public executor_base<Transport> {
       if (!in_place && overlaps(in, bytes, out, out_elems * sizeof(T)))
         why = "input and output overlap without being the same buffer";
     }
-    if (!why.empty()) return reject_call(why);
+    const std::uint64_t out_elems = c == protocol::collective::all_gather ? std::uint64_t{count} * size() : count;
+    if (!why.empty()) return reject_call(why, status::invalid_argument, this->refused_poison(out, count, out_elems, sizeof(T)));
 
     const std::uint32_t signature = protocol::call_signature(c, static_cast<std::uint32_t>(A::id),
                                                              static_cast<std::uint32_t>(R::dtype_id),
@@ -306,7 +336,7 @@ class communicator : public executor_base<Transport> {
     return this->run_parts(signature, parts, [&](session_t& s) {
       return c == protocol::collective::all_reduce ? A::template all_reduce<R>(s, in, out, count, parts)
                                                    : run_all_gather<A, R>(s, in, out, count, parts);
-    });
+    }, [&] { algorithm::fill_poison(out, 0, out_elems, 0, 1); });
   }
 
   template <class A, class R, class S>

@@ -61,13 +61,13 @@ class nvfp4_communicator : public executor_base<Transport> {
             " parts does not fit the window's source region; raise capacity_bytes or min_part_bytes";
     if (why.empty() && in != out && overlaps(in, count * sizeof(T), out, count * sizeof(T)))
       why = "input and output overlap without being the same buffer";
-    if (!why.empty()) return reject_call(why);
+    if (!why.empty()) return reject_call(why, status::invalid_argument, this->refused_poison(out, count, count, sizeof(T)));
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
                                               static_cast<std::uint32_t>(R::dtype_id),
                                               static_cast<std::uint32_t>(R::op_id), count);
     return this->run_parts(sig, parts, [&](session_t& s) {
       return algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, parts, nullptr);
-    });
+    }, [&] { algorithm::fill_poison(out, 0, count, 0, 1); });
   }
 
   /// Plain one_shot all-reduce on the same window (the uncompressed baseline).
@@ -77,13 +77,15 @@ class nvfp4_communicator : public executor_base<Transport> {
     std::string why = check_common(in, out, count, sizeof(T));
     if (why.empty() && in != out && overlaps(in, count * sizeof(T), out, count * sizeof(T)))
       why = "input and output overlap without being the same buffer";
-    if (!why.empty()) return reject_call(why);
+    if (!why.empty()) return reject_call(why, status::invalid_argument, this->refused_poison(out, count, count, sizeof(T)));
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot::id),
                                               static_cast<std::uint32_t>(R::dtype_id),
                                               static_cast<std::uint32_t>(R::op_id), count);
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
     const std::uint32_t parts = algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
-    return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot::all_reduce<R>(s, in, out, count, parts); });
+    return this->run_parts(
+        sig, parts, [&](session_t& s) { return algorithm::one_shot::all_reduce<R>(s, in, out, count, parts); },
+        [&] { algorithm::fill_poison(out, 0, count, 0, 1); });
   }
 
   /// Rows of the quantizing all-reduce per part (GPU: the same formula).
@@ -102,12 +104,18 @@ class nvfp4_communicator : public executor_base<Transport> {
     if (why.empty() && e.out_data != nullptr && e.out_scales == nullptr) why = "out_scales is null";
     if (why.empty() && !(e.global_scale > 0.0f && e.global_scale <= 3.4028234663852886e38f))
       why = "global_scale must be a positive finite float";
-    if (!why.empty()) return reject_call(why);
+    // A refusal fills the outputs when the shape is one the call could have run (count within capacity, cols % 16).
+    if (!why.empty())
+      return reject_call(why, status::invalid_argument,
+                         count != 0 && count <= opts_.capacity_bytes / sizeof(T) && e.cols % 16 == 0 ? algorithm::poison_of(e)
+                                                                                                   : algorithm::poison_list{});
     const auto sig = protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(algorithm::one_shot_rows_id),
                                               static_cast<std::uint32_t>(reduce::sum<T>::dtype_id),
                                               static_cast<std::uint32_t>(reduce::reduce_op::sum), count);
     const std::uint32_t parts = row_parts<T>(e.rows, e.cols);
-    return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, parts); });
+    return this->run_parts(
+        sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, parts); },
+        [&] { algorithm::fill_poison(algorithm::poison_of(e), 0, 1); });
   }
 
   /// NVFP4 all-gather (algorithm::nvfp4_gather): rows concatenated in rank order, scales in g.out_layout.
@@ -119,11 +127,16 @@ class nvfp4_communicator : public executor_base<Transport> {
     const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(g.rows, g.cols / 2, opts_.min_part_bytes, opts_.max_parts);
     if (why.empty() && !algorithm::one_shot_fp4::gather_fits(g.rows, g.cols, parts, layout_.source_stride))
       why = "the NVFP4 tensor does not fit the window's source region; raise capacity_bytes";
-    if (!why.empty()) return reject_call(why);
+    if (!why.empty())
+      return reject_call(why, status::invalid_argument,
+                         count != 0 && count <= opts_.capacity_bytes && g.cols % 16 == 0 ? algorithm::poison_of(g, this->size())
+                                                                                         : algorithm::poison_list{});
     const auto sig = protocol::call_signature(protocol::collective::all_gather, static_cast<std::uint32_t>(algorithm::one_shot_fp4_id),
                                               static_cast<std::uint32_t>(dtype::nvfp4),
                                               static_cast<std::uint32_t>(reduce::reduce_op::sum), count);
-    return this->run_parts(sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_gather_nvfp4(s, g, parts); });
+    return this->run_parts(
+        sig, parts, [&](session_t& s) { return algorithm::one_shot_fp4::all_gather_nvfp4(s, g, parts); },
+        [&] { algorithm::fill_poison(algorithm::poison_of(g, this->size()), 0, 1); });
   }
 };
 

@@ -3,6 +3,7 @@
 // Launched by gpu::communicator; usable directly with a device::context.
 #pragma once
 
+#include "../algorithm/poison.hpp"
 #include "../device/block_collectives.hpp"
 
 namespace rocenante::kernel {
@@ -106,6 +107,18 @@ ROCENANTE_HOST_DEVICE constexpr unsigned small_threads(std::uint64_t packets) {
                                : (t > threads_per_block ? threads_per_block : static_cast<unsigned>(t));
 }
 
+/// The failure path of part `part` of a collective kernel (a wait failed, or the call returned at entry on a poisoned
+/// rank): every thread of the CTA fills the part's elements of `out` with the poison value (algorithm/poison.hpp),
+/// and thread 0 of part 0 counts the call (protocol::count_failed_call).
+template <class Algorithm, class Reduction, class Handle>
+ROCENANTE_DEVICE ROCENANTE_COLD void poison_part(const device::context<Handle>& ctx, typename Reduction::value_type* out,
+                                                 std::uint64_t count, std::uint32_t part, std::uint32_t parts,
+                                                 protocol::collective c) {
+  device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  Algorithm::template poison_part<Reduction>(team, out, count, part, parts, ctx.handle.ranks(), c);
+  if (part == 0 && threadIdx.x == 0) protocol::count_failed_call(ctx.state, ctx.mirror);
+}
+
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue,
           reduce_path Path = reduce_path::any>
 __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
@@ -116,12 +129,14 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
   if constexpr (Path == reduce_path::small || Path == reduce_path::small_ll) {
     // parts == gridDim.x; the wait for the stream predecessor comes after the plan (dependency_gate)
-    (void)coll.template run_small<Path == reduce_path::small_ll>(ctx, in, out, count, blockIdx.x, parts, epi, dependency_gate{});
+    if (!coll.template run_small<Path == reduce_path::small_ll>(ctx, in, out, count, blockIdx.x, parts, epi, dependency_gate{}))
+      poison_part<Algorithm, Reduction>(ctx, out, count, blockIdx.x, parts, protocol::collective::all_reduce);
     return;
   }
   dependent_launch_entry();
   if constexpr (Path == reduce_path::any) {
-    (void)coll.run(ctx, in, out, count, blockIdx.x, parts, epi);  // parts == gridDim.x
+    if (!coll.run(ctx, in, out, count, blockIdx.x, parts, epi))  // parts == gridDim.x
+      poison_part<Algorithm, Reduction>(ctx, out, count, blockIdx.x, parts, protocol::collective::all_reduce);
   } else {
     for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
       if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)
@@ -130,7 +145,11 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
         ok = coll.run(ctx, in, out, count, p, parts, epi);
       else
         ok = coll.template run_bulk<Path == reduce_path::bulk_discard>(ctx, in, out, count, p, parts, epi);
-      if (!ok) break;
+      if (!ok) {  // this part and the CTA's later ones are not computed: poison them all
+        for (std::uint32_t q = p; q < parts; q += gridDim.x)
+          poison_part<Algorithm, Reduction>(ctx, out, count, q, parts, protocol::collective::all_reduce);
+        break;
+      }
     }
   }
 }
@@ -145,27 +164,37 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
   device::block_all_gather<Algorithm, Reduction, Handle> coll(tmp, static_cast<int>(threadIdx.x),
                                                               static_cast<int>(blockDim.x));
   if constexpr (!Loop) {
-    (void)coll.run(ctx, in, out, count, blockIdx.x, parts);
+    if (!coll.run(ctx, in, out, count, blockIdx.x, parts))
+      poison_part<Algorithm, Reduction>(ctx, out, count, blockIdx.x, parts, protocol::collective::all_gather);
   } else {
     for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
       if (p != blockIdx.x) __threadfence();
-      if (!coll.run(ctx, in, out, count, p, parts)) break;
+      if (!coll.run(ctx, in, out, count, p, parts)) {
+        for (std::uint32_t q = p; q < parts; q += gridDim.x)
+          poison_part<Algorithm, Reduction>(ctx, out, count, q, parts, protocol::collective::all_gather);
+        break;
+      }
     }
   }
 }
 
-/// A rank that refuses a call (bad input seen on the host) launches this instead of the collective, in stream
-/// order: it takes the collective's place in the sequence and tells every peer to abort (session::reject).
+/// A rank that refuses a call (bad input seen on the host), or that is asked for a call on a poisoned communicator,
+/// launches this instead of the collective, in stream order: it takes the collective's place in the sequence and
+/// tells every peer to abort (session::reject; on a poisoned rank there is nothing to abort), fills `fill` with the
+/// poison value (what the host judged safe to write) and counts the call (protocol::failures).
 template <class Handle>
-__global__ void __launch_bounds__(threads_per_block, 1) reject(device::context<Handle> ctx) {
+__global__ void __launch_bounds__(threads_per_block, 1) reject(device::context<Handle> ctx, algorithm::poison_list fill) {
   dependent_launch_entry();
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  algorithm::fill_poison(fill, threadIdx.x, blockDim.x);
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, 0, 0, ctx.mirror);
-  if (!s.enter()) return;
-  protocol::failure_record rec{};
-  rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
-  rec.peer = ctx.handle.rank();
-  s.reject(rec);
+  if (s.enter()) {
+    protocol::failure_record rec{};
+    rec.kind = static_cast<std::uint32_t>(protocol::failure_kind::rejected);
+    rec.peer = ctx.handle.rank();
+    s.reject(rec);  // counted by protocol::poison
+  }
+  if (threadIdx.x == 0) protocol::count_failed_call(ctx.state, ctx.mirror);
 }
 
 }  // namespace rocenante::kernel

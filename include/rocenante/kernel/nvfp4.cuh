@@ -207,7 +207,10 @@ __global__ void __launch_bounds__(threads_per_block, 1)
                                                      static_cast<std::uint32_t>(R::dtype_id),
                                                      static_cast<std::uint32_t>(R::op_id), count);
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
-  (void)algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, gridDim.x, scratch);
+  if (!algorithm::one_shot_fp4::all_reduce<R>(s, in, out, count, gridDim.x, scratch)) {
+    algorithm::one_shot_fp4::poison_part<R>(team, out, count, blockIdx.x, gridDim.x);
+    if (blockIdx.x == 0 && threadIdx.x == 0) protocol::count_failed_call(ctx.state, ctx.mirror);
+  }
 }
 
 /// Quantizing all-reduce (one_shot_fp4::all_reduce_quantize), one CTA per part (rows).
@@ -221,7 +224,10 @@ __global__ void __launch_bounds__(threads_per_block, 1)
                                                      static_cast<std::uint32_t>(reduce::sum<T>::dtype_id),
                                                      static_cast<std::uint32_t>(reduce::reduce_op::sum), e.rows * e.cols);
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
-  (void)algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, gridDim.x);
+  if (!algorithm::one_shot_fp4::all_reduce_quantize<T>(s, in, e, gridDim.x)) {
+    algorithm::one_shot_fp4::poison_part(team, e, blockIdx.x, gridDim.x);
+    if (blockIdx.x == 0 && threadIdx.x == 0) protocol::count_failed_call(ctx.state, ctx.mirror);
+  }
 }
 
 /// NVFP4 all-gather (one_shot_fp4::all_gather_nvfp4), one CTA per part (rows).
@@ -234,7 +240,10 @@ __global__ void __launch_bounds__(threads_per_block, 1) nvfp4_all_gather(device:
                                                      static_cast<std::uint32_t>(dtype::nvfp4),
                                                      static_cast<std::uint32_t>(reduce::reduce_op::sum), g.rows * g.cols);
   protocol::session<device::block_team, Handle> s(team, ctx.handle, ctx.state, ctx.policy, sig, blockIdx.x, ctx.mirror);
-  (void)algorithm::one_shot_fp4::all_gather_nvfp4(s, g, gridDim.x);
+  if (!algorithm::one_shot_fp4::all_gather_nvfp4(s, g, gridDim.x)) {
+    algorithm::one_shot_fp4::poison_part(team, g, ctx.handle.ranks(), blockIdx.x, gridDim.x);
+    if (blockIdx.x == 0 && threadIdx.x == 0) protocol::count_failed_call(ctx.state, ctx.mirror);
+  }
 }
 
 }  // namespace rocenante::kernel

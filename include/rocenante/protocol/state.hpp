@@ -48,7 +48,8 @@ inline constexpr std::uint32_t poisoned = 2;   ///< failure record complete and 
 /// same reason. seq[0] is the rank's "next sequence" reported to users.
 struct rank_state {
   std::uint32_t poison;      ///< healthy / poisoning / poisoned
-  std::uint32_t reserved[3];
+  std::uint32_t part0_failed;  ///< 1 once part 0 has ended a call unfinished (count_failed_call)
+  std::uint64_t failures;    ///< collectives of this rank that did not complete (failures(); mirrored to the host)
   failure_record failure;
   std::uint32_t seq[max_parts_limit];  ///< sequence number of the next collective, per part
 #ifdef ROCENANTE_TRACE_PHASES
@@ -84,6 +85,14 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE bool is_poisoned(rank_state* s) {
   return detail::load_acquire<std::uint32_t, state_scope>(&s->poison) != healthy;
 }
 
+/// Adds one failed collective to the count, and to the mirror when there is one. One thread per failed collective
+/// calls it (never two at once: calls of a rank run in order), so a load and a store suffice.
+ROCENANTE_HOST_DEVICE ROCENANTE_COLD void count_failure(rank_state* s, rank_state* mirror) {
+  const std::uint64_t v = detail::load_relaxed<std::uint64_t>(&s->failures) + 1;
+  detail::store_release<std::uint64_t>(&s->failures, v);
+  if (mirror != nullptr) detail::store_release<std::uint64_t>(&mirror->failures, v);
+}
+
 /// Record a failure and poison the rank. Only the first caller's record is kept; later callers return false.
 /// `mirror`, when not null, receives a copy of the record and the poison word: GPU communicators keep their
 /// state in device memory (fast to poll) and a mirror in host-mapped memory, so that the host can read the
@@ -96,7 +105,32 @@ ROCENANTE_HOST_DEVICE ROCENANTE_COLD bool poison(rank_state* s, const failure_re
     mirror->failure = rec;
     detail::store_release(&mirror->poison, poisoned);
   }
+  count_failure(s, mirror);  // the collective that poisoned the rank, counted by the one thread that poisoned it
   return true;
+}
+
+/// Collectives of this rank that did not complete (failed, timed out, refused, or called on a poisoned rank).
+/// Any thread may read it (relaxed); a kernel of a captured graph reads it from device::context::state, the host
+/// from the mirror (gpu::communicator::failures()) or from the host executor's state.
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint64_t failures(rank_state* s) {
+  return detail::load_relaxed<std::uint64_t>(&s->failures);
+}
+
+/// Thread 0 of part 0 calls it after a call of this rank ended unfinished — a wait failed, or the call returned at
+/// entry on a poisoned rank — and counts the call unless it is the one that poisoned the rank (poison() counted
+/// that one, in whichever part failed first). Part 0's first unfinished call is the poisoning one exactly when
+/// part 0 had not finished it: its epoch entry seq[0] still holds the failed sequence. Later calls always count.
+/// Parts other than 0 never count: every part of a call on a poisoned rank returns at entry, part 0 included.
+ROCENANTE_HOST_DEVICE ROCENANTE_COLD void count_failed_call(rank_state* s, rank_state* mirror) {
+  std::uint32_t p = detail::load_acquire<std::uint32_t, state_scope>(&s->poison);
+  for (int spins = 0; p == poisoning && spins < (1 << 20); ++spins)  // another part is writing the record
+    p = detail::load_acquire<std::uint32_t, state_scope>(&s->poison);
+  if (p != poisoned) return;
+  if (s->part0_failed == 0) {
+    s->part0_failed = 1;
+    if (detail::load_relaxed<std::uint32_t, state_scope>(&s->seq[0]) == s->failure.seq) return;
+  }
+  count_failure(s, mirror);
 }
 
 }  // namespace rocenante::protocol
