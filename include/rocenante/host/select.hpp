@@ -651,6 +651,18 @@ class selected_base {
   }
   const std::string& last_error() const { return last_error_; }
 
+  /// Collectives that did not complete on this rank (the built communicator's failures(); 0 over a transport that
+  /// keeps no count, i.e. nccl).
+  std::uint64_t failures() const {
+    std::uint64_t n = 0;
+    std::visit(
+        [&](const auto& c) {
+          if constexpr (requires { c->failures(); }) n = c->failures();
+        },
+        comm_);
+    return n;
+  }
+
   /// The underlying communicator, when it is of type C (nullptr otherwise).
   template <class C>
   C* get() {
