@@ -216,14 +216,17 @@ class communicator {
                         std::integer_sequence<int, I...>) {
     status s = status::internal;
     const bool found = ((v == I && (s = launch_variant_at<A, R, Epilogue, I>(in, out, count, stream, epi), true)) || ...);
-    if (!found) return reject_in_sequence(stream, "no all-reduce kernel for this call (kernel::all_reduce_variants)");
+    if (!found)
+      return reject_in_sequence(stream, "no all-reduce kernel for this call (kernel::all_reduce_variants)",
+                                algorithm::poison_list{{algorithm::poison_of(out, count)}});
     return s;
   }
   template <class A, class R, class Epilogue, int I, class T>
   status launch_variant_at(const T* in, T* out, std::size_t count, cudaStream_t stream, const Epilogue& epi) {
     constexpr kernel::variant v = kernel::all_reduce_variants[I];
     if constexpr (!has_variant<A, v>)
-      return reject_in_sequence(stream, "no all-reduce kernel for this call (kernel::all_reduce_variants)");
+      return reject_in_sequence(stream, "no all-reduce kernel for this call (kernel::all_reduce_variants)",
+                                algorithm::poison_list{{algorithm::poison_of(out, count)}});
     else if constexpr (v.fixed != 0)
       return launch_over<A, R, Epilogue, v.path>(fixed_context<v.fixed>(), in, out, count, stream, epi);
     else
