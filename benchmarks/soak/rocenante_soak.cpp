@@ -540,11 +540,14 @@ int run_rank(const config& cfg) {
     all.assign(1, mine);
     if (me == 0) std::fprintf(stderr, "rank 0: the summary exchange failed (%s): the receipt has rank 0's counts only\n", gather_error.c_str());
   }
-  std::uint64_t wrong = 0, fail_stops = 0;
+  // One fail-stop is usually seen by every rank (the one whose wait ran out, and the peers it aborted): the event
+  // count is the largest any rank saw; the reports are every rank's.
+  std::uint64_t wrong = 0, fail_stops = 0, fail_reports = 0;
   int fatal_ranks = 0;
   for (const rank_summary& s : all) {
     wrong += s.wrong;
-    fail_stops += s.fail_stops;
+    fail_stops = std::max<std::uint64_t>(fail_stops, s.fail_stops);
+    fail_reports += s.fail_stops;
     fatal_ranks += s.fatal;
   }
   std::printf("rank %d: %llu collectives in %.1f s, %llu wrong, %llu fail-stops (this rank)\n", me,
@@ -576,9 +579,10 @@ int run_rank(const config& cfg) {
                  static_cast<unsigned long long>(buckets[b].lo), static_cast<unsigned long long>(buckets[b].hi));
   std::fprintf(f, "]},\n  \"run_seconds\": %.1f,\n  \"busy_seconds_rank0\": %.1f,\n", run_s, busy_s);
   std::fprintf(f, "  \"collectives\": %llu,\n  \"control_calls\": %llu,\n  \"wrong_results\": %llu,\n  \"fail_stops\": %llu,\n"
-               "  \"rebuilds\": %d,\n  \"ranks_stopped_on_error\": %d,\n  \"summary_exchange\": %s,\n",
+               "  \"fail_stop_reports\": %llu,\n  \"rebuilds\": %d,\n  \"ranks_stopped_on_error\": %d,\n  \"summary_exchange\": %s,\n",
                static_cast<unsigned long long>(mine.calls), static_cast<unsigned long long>(mine.control_calls),
-               static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(fail_stops), generation, fatal_ranks,
+               static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(fail_stops),
+               static_cast<unsigned long long>(fail_reports), generation, fatal_ranks,
                gathered ? "\"ok\"" : json_string("failed: " + gather_error).c_str());
   std::fprintf(f, "  \"mix_rank0\": {\"buckets\": [%llu, %llu, %llu, %llu, %llu], \"fp32_fp16_bf16\": [%llu, %llu, %llu], "
                "\"one_shot_ring_all_gather\": [%llu, %llu, %llu]},\n",
@@ -698,13 +702,15 @@ int run_launcher(const config& cfg, const char* self) {
     }
     pids[static_cast<std::size_t>(r)] = pid;
   }
-  std::printf("launcher: %d ranks, bootstrap 127.0.0.1:%d, pauses every ~%.1f s of %.0f..%.0f ms (timeout %llu ms)\n", n, port,
-              cfg.pause_mean_s, cfg.pause_min_ms, cfg.pause_max_ms, static_cast<unsigned long long>(cfg.timeout_ms));
+  if (cfg.pause_mean_s > 0)
+    std::printf("launcher: %d ranks, bootstrap 127.0.0.1:%d, a pause every ~%.1f s of %.0f..%.0f ms (timeout %llu ms)\n", n,
+                port, cfg.pause_mean_s, cfg.pause_min_ms, cfg.pause_max_ms, static_cast<unsigned long long>(cfg.timeout_ms));
+  else
+    std::printf("launcher: %d ranks, bootstrap 127.0.0.1:%d, no pauses\n", n, port);
   std::fflush(stdout);
 
   int alive = n;
-  auto reap = [&](bool block_until) {
-    (void)block_until;
+  auto reap = [&] {
     for (int r = 0; r < n; ++r) {
       if (pids[r] < 0) continue;
       int ws = 0;
@@ -725,7 +731,7 @@ int run_launcher(const config& cfg, const char* self) {
   double next_pause = cfg.pause_mean_s > 0 ? 5 + gap(rng) : 1e300;  // the first after set-up (a few seconds in)
   auto sleep_s = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
   while (alive > 0 && elapsed() < deadline) {
-    reap(false);
+    reap();
     if (alive == 0) break;
     const double now = elapsed();
     if (now >= next_pause && now + cfg.pause_max_ms / 1000 < cfg.seconds) {
