@@ -76,7 +76,7 @@ struct config {
   std::uint64_t timeout_ms = 20000;
   std::uint64_t min_bytes = 16;
   std::uint64_t max_bytes = 4u << 20;
-  std::vector<double> weights = {45, 30, 17, 7.8, 0.2};  // per size bucket, see buckets
+  std::vector<double> weights = {50, 30, 15, 4.8, 0.2};  // per size bucket, see buckets
   double gather_share = 0.2;
   int max_rebuilds = 10;
   std::string json;
@@ -104,7 +104,7 @@ void print_help() {
       "  --timeout-ms T             protocol timeout of every wait (default 20000)\n"
       "  --min-bytes / --max-bytes  size range per rank (default 16 .. 4M); K, M suffixes\n"
       "  --weights a,b,c,d,e        relative weight of the buckets 16B-256B, 256B-4K, 4K-64K, 64K-1M, 1M-4M\n"
-      "                             (default 45,30,17,7.8,0.2)\n"
+      "                             (default 50,30,15,4.8,0.2: decode sizes; 1 call in 500 above 1 MiB)\n"
       "  --gather-share F           fraction of calls that are all-gathers (default 0.2)\n"
       "  --max-rebuilds N           fail-stops rebuilt before the run stops (default 10)\n"
       "  --json FILE                receipt (rank 0)\n"
@@ -388,15 +388,125 @@ std::string utc_now() {
   return b;
 }
 
+/// What rank 0 knows of the run, for the receipt.
+struct run_record {
+  std::string started, transport, decision;
+  int n = 0, generation = 0;
+  double run_s = 0, busy_s = 0;
+  std::uint64_t mix_bucket[n_buckets] = {}, mix_type[3] = {}, mix_kind[3] = {};  // kind: one_shot, ring, all_gather
+  latency_table lat;
+};
+
+/// Writes the JSON receipt (through a temporary file and a rename, so that a run killed mid-write leaves the last
+/// whole receipt). `complete`: false for the minute-by-minute receipts written while the run goes on.
+bool write_receipt(const config& cfg, const run_record& rr, const std::vector<rank_summary>& all, const rank_summary& mine,
+                   bool complete, const std::string& exchange) {
+  // One fail-stop is usually seen by every rank (the one whose wait ran out, and the peers it aborted): the event
+  // count is the largest any rank saw; the reports are every rank's.
+  std::uint64_t wrong = 0, fail_stops = 0, fail_reports = 0;
+  int fatal_ranks = 0;
+  for (const rank_summary& s : all) {
+    wrong += s.wrong;
+    fail_stops = std::max<std::uint64_t>(fail_stops, s.fail_stops);
+    fail_reports += s.fail_stops;
+    fatal_ranks += s.fatal;
+  }
+  const std::string tmp = cfg.json + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "rocenante-soak: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+    return false;
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::fprintf(f, "{\n  \"tool\": \"rocenante-soak\",\n  \"complete\": %s,\n  \"git_commit\": %s,\n  \"started_utc\": %s,\n  \"finished_utc\": %s,\n",
+               complete ? "true" : "false", json_string(git_commit()).c_str(), json_string(rr.started).c_str(), json_string(utc_now()).c_str());
+  std::fprintf(f, "  \"host\": %s,\n  \"executor\": \"host\",\n  \"ranks\": %d,\n  \"transport\": %s,\n  \"decision\": %s,\n",
+               json_string(host).c_str(), rr.n, json_string(rr.transport).c_str(), json_string(rr.decision).c_str());
+  std::fprintf(f, "  \"config\": {\"seconds\": %.1f, \"seed\": %llu, \"timeout_ms\": %llu, \"min_bytes\": %llu, \"max_bytes\": %llu, "
+               "\"gather_share\": %.3f, \"max_rebuilds\": %d, \"weights\": [",
+               cfg.seconds, static_cast<unsigned long long>(cfg.seed), static_cast<unsigned long long>(cfg.timeout_ms),
+               static_cast<unsigned long long>(cfg.min_bytes), static_cast<unsigned long long>(cfg.max_bytes), cfg.gather_share,
+               cfg.max_rebuilds);
+  for (std::size_t i = 0; i < cfg.weights.size(); ++i) std::fprintf(f, "%s%g", i ? ", " : "", cfg.weights[i]);
+  std::fprintf(f, "], \"buckets\": [");
+  for (int b = 0; b < n_buckets; ++b)
+    std::fprintf(f, "%s{\"name\": \"%s\", \"lo\": %llu, \"hi\": %llu}", b ? ", " : "", buckets[b].name,
+                 static_cast<unsigned long long>(buckets[b].lo), static_cast<unsigned long long>(buckets[b].hi));
+  std::fprintf(f, "]},\n  \"run_seconds\": %.1f,\n  \"busy_seconds_rank0\": %.1f,\n", rr.run_s, rr.busy_s);
+  std::fprintf(f, "  \"collectives\": %llu,\n  \"control_calls\": %llu,\n  \"wrong_results\": %llu,\n  \"fail_stops\": %llu,\n"
+               "  \"fail_stop_reports\": %llu,\n  \"rebuilds\": %d,\n  \"ranks_stopped_on_error\": %d,\n  \"summary_exchange\": %s,\n",
+               static_cast<unsigned long long>(mine.calls), static_cast<unsigned long long>(mine.control_calls),
+               static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(fail_stops),
+               static_cast<unsigned long long>(fail_reports), rr.generation, fatal_ranks,
+               json_string(exchange).c_str());
+  std::fprintf(f, "  \"mix_rank0\": {\"buckets\": [%llu, %llu, %llu, %llu, %llu], \"fp32_fp16_bf16\": [%llu, %llu, %llu], "
+               "\"one_shot_ring_all_gather\": [%llu, %llu, %llu]},\n",
+               static_cast<unsigned long long>(rr.mix_bucket[0]), static_cast<unsigned long long>(rr.mix_bucket[1]),
+               static_cast<unsigned long long>(rr.mix_bucket[2]), static_cast<unsigned long long>(rr.mix_bucket[3]),
+               static_cast<unsigned long long>(rr.mix_bucket[4]), static_cast<unsigned long long>(rr.mix_type[0]),
+               static_cast<unsigned long long>(rr.mix_type[1]), static_cast<unsigned long long>(rr.mix_type[2]),
+               static_cast<unsigned long long>(rr.mix_kind[0]), static_cast<unsigned long long>(rr.mix_kind[1]),
+               static_cast<unsigned long long>(rr.mix_kind[2]));
+  std::fprintf(f, "  \"per_rank\": [\n");
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const rank_summary& s = all[i];
+    std::fprintf(f, "    {\"rank\": %d, \"collectives\": %llu, \"wrong\": %llu, \"fail_stops\": %llu, \"stopped_on_error\": %s",
+                 s.rank, static_cast<unsigned long long>(s.calls), static_cast<unsigned long long>(s.wrong),
+                 static_cast<unsigned long long>(s.fail_stops), s.fatal ? json_string(s.fatal_message).c_str() : "false");
+    std::fprintf(f, ",\n     \"fail_stop_reports\": [");
+    for (std::uint32_t j = 0; j < s.n_fail; ++j)
+      std::fprintf(f, "%s{\"t_s\": %.1f, \"call\": %llu, \"status\": \"%s\", \"generation\": %d, \"message\": %s}", j ? ", " : "",
+                   s.fails[j].t_s, static_cast<unsigned long long>(s.fails[j].call), to_string(static_cast<status>(s.fails[j].state)),
+                   s.fails[j].generation, json_string(s.fails[j].message).c_str());
+    std::fprintf(f, "],\n     \"wrong_reports\": [");
+    for (std::uint32_t j = 0; j < s.n_wrong; ++j)
+      std::fprintf(f, "%s{\"call\": %llu, \"what\": %s}", j ? ", " : "", static_cast<unsigned long long>(s.wrongs[j].call),
+                   json_string(s.wrongs[j].what).c_str());
+    std::fprintf(f, "]}%s\n", i + 1 < all.size() ? "," : "");
+  }
+  auto write_pct = [&](const pct& p) {
+    std::fprintf(f, "\"n\": %zu, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, \"max_us\": %.1f", p.n, p.p50, p.p99,
+                 p.p999, p.max);
+  };
+  std::fprintf(f, "  ],\n  \"latency_note\": \"rank 0's steady_clock time around each checked call, microseconds; percentiles by "
+               "nearest rank; p99.9 of a cell with fewer than 1000 calls is its maximum or near it\",\n");
+  std::fprintf(f, "  \"overall\": [");
+  for (int b = 0; b < n_buckets; ++b) {
+    std::vector<float> v;
+    for (auto& [m, row] : rr.lat.by_minute) v.insert(v.end(), row[b].begin(), row[b].end());
+    std::fprintf(f, "%s\n    {\"bucket\": \"%s\", ", b ? "," : "", buckets[b].name);
+    write_pct(percentiles(std::move(v)));
+    std::fprintf(f, "}");
+  }
+  std::fprintf(f, "\n  ],\n  \"per_minute\": [");
+  bool first = true;
+  for (auto& [m, row] : rr.lat.by_minute)
+    for (int b = 0; b < n_buckets; ++b) {
+      if (row[b].empty()) continue;
+      std::fprintf(f, "%s\n    {\"minute\": %d, \"bucket\": \"%s\", ", first ? "" : ",", m, buckets[b].name);
+      write_pct(percentiles(row[b]));
+      std::fprintf(f, "}");
+      first = false;
+    }
+  std::fprintf(f, "\n  ]\n}\n");
+  std::fclose(f);
+  if (std::rename(tmp.c_str(), cfg.json.c_str()) != 0) {
+    std::fprintf(stderr, "rocenante-soak: cannot rename %s to %s: %s\n", tmp.c_str(), cfg.json.c_str(), std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 int run_rank(const config& cfg) {
-  const std::string started = utc_now();
+  run_record rr;
+  rr.started = utc_now();
   options o;
   o.capacity_bytes = cfg.max_bytes;
   o.timeout_ns = cfg.timeout_ms * 1'000'000ull;
   soak_comm sc;
   int generation = 0;
   rank_summary mine{};
-  std::string transport, decision;
   auto fatal = [&](const std::string& why) {
     mine.fatal = 1;
     copy_text(mine.fatal_message, sizeof mine.fatal_message, why);
@@ -410,13 +520,11 @@ int run_rank(const config& cfg) {
   }
   const int me = sc.comm->rank(), n = sc.comm->size();
   mine.rank = me;
-  transport = host::to_string(sc.comm->transport());
-  decision = sc.comm->selected().summary();
-  if (me == 0) std::printf("rank 0: %d ranks, transport %s (%s)\n", n, transport.c_str(), decision.c_str());
+  rr.n = n;
+  rr.transport = host::to_string(sc.comm->transport());
+  rr.decision = sc.comm->selected().summary();
+  if (me == 0) std::printf("rank 0: %d ranks, transport %s (%s)\n", n, rr.transport.c_str(), rr.decision.c_str());
   std::vector<std::uint8_t> inb(cfg.max_bytes), outb(cfg.max_bytes * static_cast<std::size_t>(n));
-  latency_table lat;
-  std::uint64_t mix_bucket[n_buckets] = {}, mix_type[3] = {}, mix_kind[3] = {};  // kind: one_shot, ring, gather
-  double busy_s = 0;
   sc.boot->barrier();
   const auto t0 = clk::now();
   auto elapsed = [&] { return std::chrono::duration<double>(clk::now() - t0).count(); };
@@ -453,7 +561,7 @@ int run_rank(const config& cfg) {
       }
       if (st == status::ok) {
         ++mine.calls;
-        busy_s += secs;
+        rr.busy_s += secs;
         if (!wrong.empty()) {
           ++mine.wrong;
           std::fprintf(stderr, "rank %d: WRONG call %llu: %s\n", me, static_cast<unsigned long long>(k), wrong.c_str());
@@ -464,16 +572,21 @@ int run_rank(const config& cfg) {
         }
         if (me == 0) {
           const int minute = static_cast<int>(start / 60);
-          lat.by_minute[minute][ch.bucket].push_back(static_cast<float>(secs * 1e6));
-          ++mix_bucket[ch.bucket];
-          ++mix_type[ch.type == dtype::f32 ? 0 : ch.type == dtype::f16 ? 1 : 2];
-          ++mix_kind[ch.gather ? 2 : ch.algo == algorithm::algo::ring ? 1 : 0];
+          rr.lat.by_minute[minute][ch.bucket].push_back(static_cast<float>(secs * 1e6));
+          ++rr.mix_bucket[ch.bucket];
+          ++rr.mix_type[ch.type == dtype::f32 ? 0 : ch.type == dtype::f16 ? 1 : 2];
+          ++rr.mix_kind[ch.gather ? 2 : ch.algo == algorithm::algo::ring ? 1 : 0];
           if (minute > last_minute_reported && minute > 0) {
             last_minute_reported = minute;
             std::printf("rank 0: minute %d: %llu calls, %llu wrong, %llu fail-stops so far\n", minute,
                         static_cast<unsigned long long>(mine.calls), static_cast<unsigned long long>(mine.wrong),
                         static_cast<unsigned long long>(mine.fail_stops));
             std::fflush(stdout);
+            if (!cfg.json.empty()) {  // rank 0's view so far: a run that is killed still leaves a receipt
+              rr.run_s = elapsed();
+              rr.generation = generation;
+              (void)write_receipt(cfg, rr, {mine}, mine, false, "not yet (run in progress)");
+            }
           }
         }
       }
@@ -556,85 +669,9 @@ int run_rank(const config& cfg) {
   const int rc = (wrong > 0 || fatal_ranks > 0 || !gathered) ? 1 : fail_stops > 0 ? 4 : 0;
   if (me != 0 || cfg.json.empty()) return rc;
 
-  FILE* f = std::fopen(cfg.json.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "rocenante-soak: cannot write %s: %s\n", cfg.json.c_str(), std::strerror(errno));
-    return 1;
-  }
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::fprintf(f, "{\n  \"tool\": \"rocenante-soak\",\n  \"git_commit\": %s,\n  \"started_utc\": %s,\n  \"finished_utc\": %s,\n",
-               json_string(git_commit()).c_str(), json_string(started).c_str(), json_string(utc_now()).c_str());
-  std::fprintf(f, "  \"host\": %s,\n  \"executor\": \"host\",\n  \"ranks\": %d,\n  \"transport\": %s,\n  \"decision\": %s,\n",
-               json_string(host).c_str(), n, json_string(transport).c_str(), json_string(decision).c_str());
-  std::fprintf(f, "  \"config\": {\"seconds\": %.1f, \"seed\": %llu, \"timeout_ms\": %llu, \"min_bytes\": %llu, \"max_bytes\": %llu, "
-               "\"gather_share\": %.3f, \"max_rebuilds\": %d, \"weights\": [",
-               cfg.seconds, static_cast<unsigned long long>(cfg.seed), static_cast<unsigned long long>(cfg.timeout_ms),
-               static_cast<unsigned long long>(cfg.min_bytes), static_cast<unsigned long long>(cfg.max_bytes), cfg.gather_share,
-               cfg.max_rebuilds);
-  for (std::size_t i = 0; i < cfg.weights.size(); ++i) std::fprintf(f, "%s%g", i ? ", " : "", cfg.weights[i]);
-  std::fprintf(f, "], \"buckets\": [");
-  for (int b = 0; b < n_buckets; ++b)
-    std::fprintf(f, "%s{\"name\": \"%s\", \"lo\": %llu, \"hi\": %llu}", b ? ", " : "", buckets[b].name,
-                 static_cast<unsigned long long>(buckets[b].lo), static_cast<unsigned long long>(buckets[b].hi));
-  std::fprintf(f, "]},\n  \"run_seconds\": %.1f,\n  \"busy_seconds_rank0\": %.1f,\n", run_s, busy_s);
-  std::fprintf(f, "  \"collectives\": %llu,\n  \"control_calls\": %llu,\n  \"wrong_results\": %llu,\n  \"fail_stops\": %llu,\n"
-               "  \"fail_stop_reports\": %llu,\n  \"rebuilds\": %d,\n  \"ranks_stopped_on_error\": %d,\n  \"summary_exchange\": %s,\n",
-               static_cast<unsigned long long>(mine.calls), static_cast<unsigned long long>(mine.control_calls),
-               static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(fail_stops),
-               static_cast<unsigned long long>(fail_reports), generation, fatal_ranks,
-               gathered ? "\"ok\"" : json_string("failed: " + gather_error).c_str());
-  std::fprintf(f, "  \"mix_rank0\": {\"buckets\": [%llu, %llu, %llu, %llu, %llu], \"fp32_fp16_bf16\": [%llu, %llu, %llu], "
-               "\"one_shot_ring_all_gather\": [%llu, %llu, %llu]},\n",
-               static_cast<unsigned long long>(mix_bucket[0]), static_cast<unsigned long long>(mix_bucket[1]),
-               static_cast<unsigned long long>(mix_bucket[2]), static_cast<unsigned long long>(mix_bucket[3]),
-               static_cast<unsigned long long>(mix_bucket[4]), static_cast<unsigned long long>(mix_type[0]),
-               static_cast<unsigned long long>(mix_type[1]), static_cast<unsigned long long>(mix_type[2]),
-               static_cast<unsigned long long>(mix_kind[0]), static_cast<unsigned long long>(mix_kind[1]),
-               static_cast<unsigned long long>(mix_kind[2]));
-  std::fprintf(f, "  \"per_rank\": [\n");
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    const rank_summary& s = all[i];
-    std::fprintf(f, "    {\"rank\": %d, \"collectives\": %llu, \"wrong\": %llu, \"fail_stops\": %llu, \"stopped_on_error\": %s",
-                 s.rank, static_cast<unsigned long long>(s.calls), static_cast<unsigned long long>(s.wrong),
-                 static_cast<unsigned long long>(s.fail_stops), s.fatal ? json_string(s.fatal_message).c_str() : "false");
-    std::fprintf(f, ",\n     \"fail_stop_reports\": [");
-    for (std::uint32_t j = 0; j < s.n_fail; ++j)
-      std::fprintf(f, "%s{\"t_s\": %.1f, \"call\": %llu, \"status\": \"%s\", \"generation\": %d, \"message\": %s}", j ? ", " : "",
-                   s.fails[j].t_s, static_cast<unsigned long long>(s.fails[j].call), to_string(static_cast<status>(s.fails[j].state)),
-                   s.fails[j].generation, json_string(s.fails[j].message).c_str());
-    std::fprintf(f, "],\n     \"wrong_reports\": [");
-    for (std::uint32_t j = 0; j < s.n_wrong; ++j)
-      std::fprintf(f, "%s{\"call\": %llu, \"what\": %s}", j ? ", " : "", static_cast<unsigned long long>(s.wrongs[j].call),
-                   json_string(s.wrongs[j].what).c_str());
-    std::fprintf(f, "]}%s\n", i + 1 < all.size() ? "," : "");
-  }
-  auto write_pct = [&](const pct& p) {
-    std::fprintf(f, "\"n\": %zu, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, \"max_us\": %.1f", p.n, p.p50, p.p99,
-                 p.p999, p.max);
-  };
-  std::fprintf(f, "  ],\n  \"latency_note\": \"rank 0's steady_clock time around each checked call, microseconds; percentiles by "
-               "nearest rank; p99.9 of a cell with fewer than 1000 calls is its maximum or near it\",\n");
-  std::fprintf(f, "  \"overall\": [");
-  for (int b = 0; b < n_buckets; ++b) {
-    std::vector<float> v;
-    for (auto& [m, row] : lat.by_minute) v.insert(v.end(), row[b].begin(), row[b].end());
-    std::fprintf(f, "%s\n    {\"bucket\": \"%s\", ", b ? "," : "", buckets[b].name);
-    write_pct(percentiles(std::move(v)));
-    std::fprintf(f, "}");
-  }
-  std::fprintf(f, "\n  ],\n  \"per_minute\": [");
-  bool first = true;
-  for (auto& [m, row] : lat.by_minute)
-    for (int b = 0; b < n_buckets; ++b) {
-      if (row[b].empty()) continue;
-      std::fprintf(f, "%s\n    {\"minute\": %d, \"bucket\": \"%s\", ", first ? "" : ",", m, buckets[b].name);
-      write_pct(percentiles(row[b]));
-      std::fprintf(f, "}");
-      first = false;
-    }
-  std::fprintf(f, "\n  ]\n}\n");
-  std::fclose(f);
+  rr.run_s = run_s;
+  rr.generation = generation;
+  if (!write_receipt(cfg, rr, all, mine, true, gathered ? "ok" : "failed: " + gather_error)) return 1;
   std::printf("rank 0: receipt %s\n", cfg.json.c_str());
   return rc;
 }
