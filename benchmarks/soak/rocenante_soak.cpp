@@ -78,9 +78,10 @@ struct config {
   std::uint64_t max_bytes = 4u << 20;
   std::vector<double> weights = {50, 30, 15, 4.8, 0.2};  // per size bucket, see buckets
   double gather_share = 0.2;
-  int max_rebuilds = 10;
+  int max_rebuilds = 30;
   std::string json;
   long corrupt_call = -1;  // self-test: rank 1 flips one output byte of this call (the checker must count it)
+  long list_from = -1, list_to = -1;  // --list-calls: print the choices of these calls and exit
   // launcher
   int launch = 0;
   int port = 0;
@@ -106,14 +107,15 @@ void print_help() {
       "  --weights a,b,c,d,e        relative weight of the buckets 16B-256B, 256B-4K, 4K-64K, 64K-1M, 1M-4M\n"
       "                             (default 50,30,15,4.8,0.2: decode sizes; 1 call in 500 above 1 MiB)\n"
       "  --gather-share F           fraction of calls that are all-gathers (default 0.2)\n"
-      "  --max-rebuilds N           fail-stops rebuilt before the run stops (default 10)\n"
+      "  --max-rebuilds N           fail-stops rebuilt before the run stops (default 30)\n"
       "  --json FILE                receipt (rank 0)\n"
       "  --launch N                 start N ranks on 127.0.0.1 and pause them (launcher)\n"
       "  --port P                   launcher: rank 0's bootstrap port (default: a free one); generation g uses P + g\n"
       "  --pause-mean-s S           launcher: mean gap between pauses (default 10; 0: no pauses)\n"
       "  --pause-min-ms / --pause-max-ms   launcher: pause length range (default 50 .. timeout/4)\n"
       "  --hca-prefix P             launcher: rank r gets ROCENANTE_IB_HCA=P<r> (Soft-RoCE VM: rxe)\n"
-      "  --corrupt-call K           self-test: rank 1 flips a byte of call K's output\n");
+      "  --corrupt-call K           self-test: rank 1 flips a byte of call K's output\n"
+      "  --list-calls A[,B]         print what calls A..B are with these options (seed, weights, ...) and exit\n");
 }
 
 std::uint64_t parse_size(const std::string& s) {
@@ -147,6 +149,12 @@ config parse(int argc, char** argv) {
     else if (a == "--max-rebuilds") c.max_rebuilds = std::stoi(next());
     else if (a == "--json") c.json = next();
     else if (a == "--corrupt-call") c.corrupt_call = std::stol(next());
+    else if (a == "--list-calls") {
+      const std::string v = next();
+      const auto comma = v.find(',');
+      c.list_from = std::stol(v.substr(0, comma));
+      c.list_to = comma == std::string::npos ? c.list_from : std::stol(v.substr(comma + 1));
+    }
     else if (a == "--weights") {
       c.weights.clear();
       std::stringstream ss(next());
@@ -232,6 +240,13 @@ call_choice choose(const config& c, std::uint64_t k) {
 }
 
 const char* algo_name(algorithm::algo a) { return a == algorithm::algo::ring ? "ring" : "one_shot"; }
+
+std::string describe(const call_choice& ch) {
+  char b[96];
+  std::snprintf(b, sizeof b, "%s %s %s %llu B", ch.gather ? "all_gather" : "all_reduce", ch.gather ? "-" : algo_name(ch.algo),
+                to_string(ch.type), static_cast<unsigned long long>(ch.bytes));
+  return b;
+}
 
 /// Inputs whose sums are exact in every dtype and every order: small integers in [-6, 6].
 float input_value(int rank, std::size_t i, std::uint64_t k) {
@@ -362,7 +377,10 @@ std::string json_string(const std::string& s) {
   return o + "\"";
 }
 
+/// The commit the binary was built from. Never called inside the timed loop: `git status` over the Soft-RoCE VM's
+/// 9p root took longer than the 30 s protocol timeout and stalled rank 0 into fail-stops.
 std::string git_commit() {
+  if (const char* c = std::getenv("ROCENANTE_SOAK_COMMIT"); c && *c) return c;  // the launcher's, computed once
   std::string cmd = std::string("git -C '") + ROCENANTE_SOURCE_DIR + "' rev-parse --short=12 HEAD 2>/dev/null";
   std::string out;
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
@@ -390,7 +408,7 @@ std::string utc_now() {
 
 /// What rank 0 knows of the run, for the receipt.
 struct run_record {
-  std::string started, transport, decision;
+  std::string started, transport, decision, commit;
   int n = 0, generation = 0;
   double run_s = 0, busy_s = 0;
   std::uint64_t mix_bucket[n_buckets] = {}, mix_type[3] = {}, mix_kind[3] = {};  // kind: one_shot, ring, all_gather
@@ -420,7 +438,7 @@ bool write_receipt(const config& cfg, const run_record& rr, const std::vector<ra
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   std::fprintf(f, "{\n  \"tool\": \"rocenante-soak\",\n  \"complete\": %s,\n  \"git_commit\": %s,\n  \"started_utc\": %s,\n  \"finished_utc\": %s,\n",
-               complete ? "true" : "false", json_string(git_commit()).c_str(), json_string(rr.started).c_str(), json_string(utc_now()).c_str());
+               complete ? "true" : "false", json_string(rr.commit).c_str(), json_string(rr.started).c_str(), json_string(utc_now()).c_str());
   std::fprintf(f, "  \"host\": %s,\n  \"executor\": \"host\",\n  \"ranks\": %d,\n  \"transport\": %s,\n  \"decision\": %s,\n",
                json_string(host).c_str(), rr.n, json_string(rr.transport).c_str(), json_string(rr.decision).c_str());
   std::fprintf(f, "  \"config\": {\"seconds\": %.1f, \"seed\": %llu, \"timeout_ms\": %llu, \"min_bytes\": %llu, \"max_bytes\": %llu, "
@@ -501,6 +519,7 @@ bool write_receipt(const config& cfg, const run_record& rr, const std::vector<ra
 int run_rank(const config& cfg) {
   run_record rr;
   rr.started = utc_now();
+  rr.commit = git_commit();  // before set-up: no peer waits on it
   options o;
   o.capacity_bytes = cfg.max_bytes;
   o.timeout_ns = cfg.timeout_ms * 1'000'000ull;
@@ -596,7 +615,8 @@ int run_rank(const config& cfg) {
       continue;
     }
     // Fail-stop: report, tear down, rebuild on the next generation, agree on where to go on.
-    message = sc.comm->last_error();
+    message = (k % 16 == 15 ? std::string("control all_reduce f32 4 B") : describe(choose(cfg, k))) + ": " +
+              sc.comm->last_error();
     ++mine.fail_stops;
     std::fprintf(stderr, "rank %d: FAIL-STOP at call %llu (%.1f s): status %s: %s\n", me, static_cast<unsigned long long>(k),
                  elapsed(), to_string(st), message.c_str());
@@ -714,6 +734,7 @@ int run_launcher(const config& cfg, const char* self) {
       args.push_back(cfg.argv[i]);
     }
   }
+  ::setenv("ROCENANTE_SOAK_COMMIT", git_commit().c_str(), 1);  // once, for every rank
   std::vector<pid_t> pids(static_cast<std::size_t>(n), -1);
   std::vector<int> exit_code(static_cast<std::size_t>(n), -1), exit_signal(static_cast<std::size_t>(n), 0);
   const auto t0 = clk::now();
@@ -852,6 +873,11 @@ int run_launcher(const config& cfg, const char* self) {
 
 int main(int argc, char** argv) {
   const config cfg = parse(argc, argv);
+  if (cfg.list_from >= 0) {
+    for (long k = cfg.list_from; k <= cfg.list_to; ++k)
+      std::printf("call %ld: %s\n", k, k % 16 == 15 ? "control all_reduce f32 4 B" : describe(choose(cfg, static_cast<std::uint64_t>(k))).c_str());
+    return 0;
+  }
   if (cfg.launch > 0) return run_launcher(cfg, argv[0]);
   ::setvbuf(stdout, nullptr, _IOLBF, 0);
   return run_rank(cfg);
