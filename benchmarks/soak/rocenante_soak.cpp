@@ -411,6 +411,7 @@ struct run_record {
   std::string started, transport, decision, commit;
   int n = 0, generation = 0;
   double run_s = 0, busy_s = 0;
+  std::int64_t t0_ns = 0;  // steady_clock (CLOCK_MONOTONIC, one clock for every process of the host) at rank 0's start
   std::uint64_t mix_bucket[n_buckets] = {}, mix_type[3] = {}, mix_kind[3] = {};  // kind: one_shot, ring, all_gather
   latency_table lat;
 };
@@ -451,7 +452,8 @@ bool write_receipt(const config& cfg, const run_record& rr, const std::vector<ra
   for (int b = 0; b < n_buckets; ++b)
     std::fprintf(f, "%s{\"name\": \"%s\", \"lo\": %llu, \"hi\": %llu}", b ? ", " : "", buckets[b].name,
                  static_cast<unsigned long long>(buckets[b].lo), static_cast<unsigned long long>(buckets[b].hi));
-  std::fprintf(f, "]},\n  \"run_seconds\": %.1f,\n  \"busy_seconds_rank0\": %.1f,\n", rr.run_s, rr.busy_s);
+  std::fprintf(f, "]},\n  \"t0_steady_ns\": %lld,\n  \"run_seconds\": %.1f,\n  \"busy_seconds_rank0\": %.1f,\n",
+               static_cast<long long>(rr.t0_ns), rr.run_s, rr.busy_s);
   std::fprintf(f, "  \"collectives\": %llu,\n  \"control_calls\": %llu,\n  \"wrong_results\": %llu,\n  \"fail_stops\": %llu,\n"
                "  \"fail_stop_reports\": %llu,\n  \"rebuilds\": %d,\n  \"ranks_stopped_on_error\": %d,\n  \"summary_exchange\": %s,\n",
                static_cast<unsigned long long>(mine.calls), static_cast<unsigned long long>(mine.control_calls),
@@ -546,6 +548,7 @@ int run_rank(const config& cfg) {
   std::vector<std::uint8_t> inb(cfg.max_bytes), outb(cfg.max_bytes * static_cast<std::size_t>(n));
   sc.boot->barrier();
   const auto t0 = clk::now();
+  rr.t0_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
   auto elapsed = [&] { return std::chrono::duration<double>(clk::now() - t0).count(); };
   std::uint64_t k = 0;
   int last_minute_reported = -1;
@@ -848,19 +851,27 @@ int run_launcher(const config& cfg, const char* self) {
     body.resize(close);
     while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.pop_back();
   }
+  // Pauses on rank 0's time axis (its t0 is after set-up), so they line up with the per-minute cells and fail-stops.
+  double shift = 0;
+  if (const auto at = body.find("\"t0_steady_ns\": "); at != std::string::npos) {
+    const long long rank0_t0 = std::strtoll(body.c_str() + at + 16, nullptr, 10);
+    const long long mine_t0 = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
+    shift = static_cast<double>(rank0_t0 - mine_t0) / 1e9;
+  }
+  for (pause_event& p : pauses) p.t_s -= shift;
   FILE* f = std::fopen(cfg.json.c_str(), "w");
   if (!f) {
     std::fprintf(stderr, "launcher: cannot write %s: %s\n", cfg.json.c_str(), std::strerror(errno));
     return 1;
   }
   std::fprintf(f, "%s,\n  \"launcher\": {\"ranks\": %d, \"port\": %d, \"hca_prefix\": %s, \"pause_mean_s\": %.2f, "
-               "\"pause_min_ms\": %.0f, \"pause_max_ms\": %.0f, \"killed_at_deadline\": %s, \"exit\": %d, \"rank_exits\": [",
+               "\"pause_min_ms\": %.0f, \"pause_max_ms\": %.0f, \"killed_at_deadline\": %s, \"exit\": %d, \"rank0_start_after_launch_s\": %.3f, \"rank_exits\": [",
                body.c_str(), n, port, json_string(cfg.hca_prefix).c_str(), cfg.pause_mean_s, cfg.pause_min_ms, cfg.pause_max_ms,
-               killed ? "true" : "false", rc);
+               killed ? "true" : "false", rc, shift);
   for (int r = 0; r < n; ++r)
     std::fprintf(f, "%s%s", r ? ", " : "",
                  exit_signal[r] ? ("\"signal " + std::to_string(exit_signal[r]) + "\"").c_str() : std::to_string(exit_code[r]).c_str());
-  std::fprintf(f, "]},\n  \"pauses\": [");
+  std::fprintf(f, "]},\n  \"pauses_note\": \"t_s: seconds since rank 0's start (after set-up), like fail-stop t_s\",\n  \"pauses\": [");
   for (std::size_t i = 0; i < pauses.size(); ++i)
     std::fprintf(f, "%s\n    {\"t_s\": %.2f, \"rank\": %d, \"ms\": %.0f}", i ? "," : "", pauses[i].t_s, pauses[i].rank, pauses[i].ms);
   std::fprintf(f, "\n  ]\n}\n");
