@@ -26,9 +26,9 @@
 // failure" says (tear down, new bootstrap on port + generation, new communicator), every rank agrees on the next
 // call (the largest any rank reached) and the soak goes on. More than --max-rebuilds stops the run.
 //
-// Only the host executor is here. A GPU mode (eager and CUDA-graph calls through gpu::selected_communicator) would
-// be a second implementation of `soak_comm` below with device buffers; the loop, the checks and the receipt are
-// independent of the executor.
+// Only the host executor is here. A GPU mode (eager and CUDA-graph calls through gpu::selected_communicator) needs a
+// second `soak_comm` and a run_call that stages inputs and outputs through device buffers; the call sequence, the
+// checks on the host copies, the fail-stop rebuild and the receipt stay as they are.
 //
 // Exit status: 0 no wrong result and no fail-stop; 1 wrong results, or a rank or the run failed; 4 fail-stops with
 // 0 wrong results (each rebuilt and reported); 2 bad usage.
