@@ -823,8 +823,9 @@ TEST_SUITE("gpu.protocol") {
     std::atomic<int> bad{0};
     host::spawn_ranks(4, [&](bootstrap::in_process& b) {
       gpu::communicator<> comm(b, o);
-      // Programmatic launch stays off here (the default): with it on, this case gave wrong results on the H200
-      // (docs/results/h200-2026-12-03/). ROCENANTE_TEST_PDL=1 turns it on, to re-check that on a new driver.
+      // ROCENANTE_TEST_PDL=1 turns programmatic launch on: when every launch carried the attribute, this case gave
+      // wrong results on the H200 (docs/results/h200-2026-12-03/); now a launch on another stream than the rank's
+      // previous one goes without it (set_programmatic_launch), and this case checks that rule.
       if (const char* e = std::getenv("ROCENANTE_TEST_PDL")) comm.set_programmatic_launch(e[0] == '1');
       gpu_rank s0, s1;
       cudaEvent_t ev;
@@ -853,6 +854,65 @@ TEST_SUITE("gpu.protocol") {
       cudaEventDestroy(ev);
     });
     CHECK(bad.load() == 0);
+  }
+
+  TEST_CASE("a graph that forks a collective onto a second stream and joins it back stays exact, programmatic launch on and off") {
+    // Each rank captures, from stream a: fork to b (event), all-reduce on b, join back to a, all-reduce on a reading
+    // the first's output, fork again, all-reduce on b reading the second's. Inputs change before every replay (a copy
+    // outside the graph), so a collective that ran ahead of its predecessor across a fork or join edge would read the
+    // previous replay's values and be caught: out3 = 4 x 4 x sum over ranks of (k + rank + 1) on replay k.
+    for (const bool pdl : {true, false}) {
+      CAPTURE(pdl);
+      options o = gpu::default_options();
+      o.capacity_bytes = 1 << 20;
+      std::atomic<int> bad{0};
+      host::spawn_ranks(4, [&](bootstrap::in_process& b) {
+        gpu::communicator<> comm(b, o);
+        comm.set_programmatic_launch(pdl);
+        gpu_rank a, c;
+        cudaEvent_t fork1, join1, fork2, join2;
+        for (cudaEvent_t* e : {&fork1, &join1, &fork2, &join2}) cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+        const std::size_t count = 12288;  // 48 KiB of fp32: the decode-size kernel
+        dev_buf<float> in(count), out1(count), out2(count), out3(count);
+        pinned<float> h(count), g(count);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        b.barrier();
+        CUDA_REQUIRE(cudaStreamBeginCapture(a.stream, cudaStreamCaptureModeThreadLocal));
+        cudaEventRecord(fork1, a.stream);
+        cudaStreamWaitEvent(c.stream, fork1, 0);
+        if (comm.all_reduce(in.p, out1.p, count, c.stream) != status::ok) ++bad;
+        cudaEventRecord(join1, c.stream);
+        cudaStreamWaitEvent(a.stream, join1, 0);
+        if (comm.all_reduce(out1.p, out2.p, count, a.stream) != status::ok) ++bad;
+        cudaEventRecord(fork2, a.stream);
+        cudaStreamWaitEvent(c.stream, fork2, 0);
+        if (comm.all_reduce(out2.p, out3.p, count, c.stream) != status::ok) ++bad;
+        cudaEventRecord(join2, c.stream);
+        cudaStreamWaitEvent(a.stream, join2, 0);
+        CUDA_REQUIRE(cudaStreamEndCapture(a.stream, &graph));
+        CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+        for (int k = 0; k < 50; ++k) {
+          for (std::size_t i = 0; i < count; ++i) h[i] = float(k + b.rank() + 1);
+          cudaMemcpyAsync(in.p, h.data(), count * 4, cudaMemcpyHostToDevice, a.stream);
+          b.barrier();  // replay k on every rank before k + 1 anywhere (docs/api.md: ranks sharing one GPU)
+          CUDA_REQUIRE(cudaGraphLaunch(exec, a.stream));
+          cudaMemcpyAsync(g.data(), out3.p, count * 4, cudaMemcpyDeviceToHost, a.stream);
+          cudaStreamSynchronize(a.stream);
+          const float want = 16.0f * float(4 * k + 10);
+          for (std::size_t i = 0; i < count; ++i) bad += g[i] != want;
+        }
+        const auto health = comm.check_health();
+        if (!health.ok()) {
+          ++bad;
+          MESSAGE("rank " << b.rank() << ": " << health.message);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        for (cudaEvent_t e : {fork1, join1, fork2, join2}) cudaEventDestroy(e);
+      });
+      CHECK(bad.load() == 0);
+    }
   }
 
   TEST_CASE("a rank that never launches is reported by every other rank, which becomes a no-op, and teardown returns") {
