@@ -27,6 +27,12 @@
 
 namespace rtest {
 
+/// FNV-1a over bytes: ranks print it for their outputs and the parent compares them (byte-identical results).
+inline std::uint64_t fnv(const void* p, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  return h;
+}
+
 struct rank_result {
   int rank = -1;
   bool replacement = false;  ///< a process started in place of one that was killed (run_world's restart_killed)

@@ -35,16 +35,12 @@
 
 using namespace rocenante;
 using rtest::all_output;
+using rtest::fnv;
 using rtest::run_world;
 
 namespace {
 
 // ---- the ranks ------------------------------------------------------------------------------------------------
-
-std::uint64_t fnv(const void* p, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-  return h;
-}
 
 /// Every set-up exchange a communicator makes, in several sizes: what each rank receives is every rank's bytes.
 int rank_exchange() {
