@@ -188,22 +188,23 @@ TEST_SUITE("host.input") {
   }
 
   TEST_CASE("null input or output pointers are refused with invalid_argument") {
-    std::vector<__half> buf(64);
+    // One buffer per rank: a refused call fills its output with the poison value (docs/api.md).
+    std::vector<std::vector<__half>> buf(2, std::vector<__half>(64));
     SUBCASE("null input") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int) {
-                      return c.all_reduce<ring>(static_cast<const __half*>(nullptr), buf.data(), 8);
+      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
+                      return c.all_reduce<ring>(static_cast<const __half*>(nullptr), buf[r].data(), 8);
                     }),
                     "null");
     }
     SUBCASE("null output") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int) {
-                      return c.all_reduce(buf.data(), static_cast<__half*>(nullptr), 8);
+      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
+                      return c.all_reduce(buf[r].data(), static_cast<__half*>(nullptr), 8);
                     }),
                     "null");
     }
     SUBCASE("null all-gather input") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int) {
-                      return c.all_gather(static_cast<const __half*>(nullptr), buf.data(), 8);
+      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
+                      return c.all_gather(static_cast<const __half*>(nullptr), buf[r].data(), 8);
                     }),
                     "null");
     }
