@@ -340,6 +340,25 @@ TEST_SUITE("host.multiprocess.bootstrap") {
     CHECK(rs[2].value("error").find("world of 4 ranks") != std::string::npos);
   }
 
+  TEST_CASE("bootstrap::tcp: an address that does not resolve is named, at once") {
+    bootstrap::tcp_config c;
+    c.host = "no-such-host.invalid";  // RFC 6761: never resolves
+    c.port = 29999;
+    c.rank = 1;
+    c.size = 2;
+    c.timeout = std::chrono::milliseconds(2000);
+    c.source = "the test";
+    std::string what;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      bootstrap::tcp boot(c);
+    } catch (const bootstrap_error& e) {
+      what = e.what();
+    }
+    CHECK(what.find("cannot resolve rank 0's address 'no-such-host.invalid' (the test)") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  }
+
   TEST_CASE("tcp_config_from_env: torchrun, srun and Open MPI variables; MASTER_PORT + 1; bad values name the variable") {
     auto c = bootstrap::tcp_config_from_env(
         vars({{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}, {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}}));
