@@ -294,6 +294,21 @@ struct rank_summary {
   char fatal_message[256];
 };
 
+/// Totals over every rank's summary. One fail-stop is usually seen by every rank (the one whose wait ran out, and the
+/// peers it aborted): the event count is the largest any rank saw; the reports are every rank's.
+struct totals {
+  std::uint64_t wrong = 0, fail_stops = 0, fail_reports = 0;
+  int fatal_ranks = 0;
+  explicit totals(const std::vector<rank_summary>& all) {
+    for (const rank_summary& s : all) {
+      wrong += s.wrong;
+      fail_stops = std::max<std::uint64_t>(fail_stops, s.fail_stops);
+      fail_reports += s.fail_stops;
+      fatal_ranks += s.fatal;
+    }
+  }
+};
+
 void copy_text(char* dst, std::size_t cap, const std::string& s) {
   const std::size_t n = std::min(s.size(), cap - 1);
   std::memcpy(dst, s.data(), n);
@@ -420,16 +435,9 @@ struct run_record {
 /// whole receipt). `complete`: false for the minute-by-minute receipts written while the run goes on.
 bool write_receipt(const config& cfg, const run_record& rr, const std::vector<rank_summary>& all, const rank_summary& mine,
                    bool complete, const std::string& exchange) {
-  // One fail-stop is usually seen by every rank (the one whose wait ran out, and the peers it aborted): the event
-  // count is the largest any rank saw; the reports are every rank's.
-  std::uint64_t wrong = 0, fail_stops = 0, fail_reports = 0;
-  int fatal_ranks = 0;
-  for (const rank_summary& s : all) {
-    wrong += s.wrong;
-    fail_stops = std::max<std::uint64_t>(fail_stops, s.fail_stops);
-    fail_reports += s.fail_stops;
-    fatal_ranks += s.fatal;
-  }
+  const totals sum(all);
+  const std::uint64_t wrong = sum.wrong, fail_stops = sum.fail_stops, fail_reports = sum.fail_reports;
+  const int fatal_ranks = sum.fatal_ranks;
   const std::string tmp = cfg.json + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) {
@@ -676,16 +684,9 @@ int run_rank(const config& cfg) {
     all.assign(1, mine);
     if (me == 0) std::fprintf(stderr, "rank 0: the summary exchange failed (%s): the receipt has rank 0's counts only\n", gather_error.c_str());
   }
-  // One fail-stop is usually seen by every rank (the one whose wait ran out, and the peers it aborted): the event
-  // count is the largest any rank saw; the reports are every rank's.
-  std::uint64_t wrong = 0, fail_stops = 0, fail_reports = 0;
-  int fatal_ranks = 0;
-  for (const rank_summary& s : all) {
-    wrong += s.wrong;
-    fail_stops = std::max<std::uint64_t>(fail_stops, s.fail_stops);
-    fail_reports += s.fail_stops;
-    fatal_ranks += s.fatal;
-  }
+  const totals sum(all);
+  const std::uint64_t wrong = sum.wrong, fail_stops = sum.fail_stops;
+  const int fatal_ranks = sum.fatal_ranks;
   std::printf("rank %d: %llu collectives in %.1f s, %llu wrong, %llu fail-stops (this rank)\n", me,
               static_cast<unsigned long long>(mine.calls), run_s, static_cast<unsigned long long>(mine.wrong),
               static_cast<unsigned long long>(mine.fail_stops));

@@ -321,8 +321,7 @@ TEST_SUITE("host.multiprocess.bootstrap") {
     for (const auto& r : rs) {
       CHECK(r.exit_code == 3);
       const std::string e = r.value("error");
-      CHECK((e.find("could not join rank 0 at 127.0.0.1:") != std::string::npos ||
-             e.find("two processes connected as rank 1") != std::string::npos));
+      CHECK(e.find("could not join rank 0 at 127.0.0.1:") != std::string::npos);  // nobody listens
       CHECK(r.seconds < 1.5 + 6.0);
     }
   }
