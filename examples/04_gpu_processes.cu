@@ -9,12 +9,11 @@
 //   torchrun --no-python --nproc-per-node=4 build/examples/04_gpu_processes
 //       4 processes; each takes GPU LOCAL_RANK % (GPUs visible): one per GPU on a 4-GPU server, all on GPU 0 on a
 //       one-GPU machine (then kernels of different processes time-slice unless MPS runs: correct, not fast)
-//   for r in 0 1; do ROCENANTE_BOOTSTRAP=127.0.0.1:29600 ROCENANTE_RANK=$r ROCENANTE_WORLD_SIZE=2 \
-//       build/examples/04_gpu_processes & done; wait
+//   for r in 0 1; do ROCENANTE_BOOTSTRAP=127.0.0.1:29600 ROCENANTE_RANK=$r ROCENANTE_WORLD_SIZE=2
+//       build/examples/04_gpu_processes & done; wait        (one command line)
 //   ROCENANTE_TRANSPORT=socket ...   the whole proxy path (kernel -> host-mapped staging -> proxy -> TCP -> peer)
 //
-// Every rank ends with "rank r/n: PASS" (exit 0) or "FAIL" (exit 1); "SKIP: <reason>" (exit 77) without a GPU. Not
-// yet run on a GPU (written before a GPU machine was lent to this work; docs/design.md §1.7).
+// Every rank ends with "rank r/n: PASS" (exit 0) or "FAIL" (exit 1); "SKIP: <reason>" (exit 77) without a GPU.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -63,7 +62,9 @@ std::string all_reduce_case(gpu::selected_communicator& comm, std::size_t count,
   __nv_bfloat16 *din = nullptr, *dout = nullptr;
   CHECK_CUDA(cudaMalloc(&din, count * sizeof(__nv_bfloat16)));
   CHECK_CUDA(cudaMalloc(&dout, count * sizeof(__nv_bfloat16)));
-  CHECK_CUDA(cudaMemcpy(din, in.data(), count * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  // On the collective's stream: a plain cudaMemcpy from pageable memory may return before its copy lands, and a
+  // non-blocking stream is not ordered after it, so the collective could read the buffer before it is written.
+  CHECK_CUDA(cudaMemcpyAsync(din, in.data(), count * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, s));
   std::string why;
   if (!graph) {
     if (comm.all_reduce(din, dout, count, s, A{}) != status::ok) why = comm.last_error();
@@ -135,7 +136,7 @@ int run() {
     float *din = nullptr, *dout = nullptr;
     CHECK_CUDA(cudaMalloc(&din, in.size() * sizeof(float)));
     CHECK_CUDA(cudaMalloc(&dout, out.size() * sizeof(float)));
-    CHECK_CUDA(cudaMemcpy(din, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpyAsync(din, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice, s));
     std::string why;
     if (comm.all_gather(din, dout, gather_count, s) != status::ok) why = comm.last_error();
     CHECK_CUDA(cudaStreamSynchronize(s));

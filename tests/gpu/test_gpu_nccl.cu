@@ -70,7 +70,7 @@ void round_trip(transport::nccl& t, std::size_t count, cudaStream_t s) {
 }  // namespace
 
 TEST_SUITE("gpu.nccl") {
-  TEST_CASE("the start-up selection on this machine is logged once and names why RDMA was not chosen") {
+  TEST_CASE("the start-up selection on this machine is logged once: auto prefers cuda_ipc on one node, else names why") {
     std::vector<std::string> lines;
     std::mutex mu;
     set_log_sink([&](const std::string& l) {
@@ -88,13 +88,16 @@ TEST_SUITE("gpu.nccl") {
     const host::selection sel = host::select_transport(boot, cfg, host::executor::gpu);
     set_log_sink({});
     REQUIRE(lines.size() == 1);
-    CHECK(sel.preferred == host::transport_kind::ibverbs);
-    CHECK((sel.chosen == host::transport_kind::nccl || sel.chosen == host::transport_kind::ibverbs));
-    if (sel.chosen == host::transport_kind::nccl) {
+    // Every rank of this world runs on this node, so auto on the GPU executor puts cuda_ipc first; on a machine
+    // that can export CUDA VMM memory it is chosen, otherwise the log names why and the next usable one serves.
+    CHECK(sel.preferred == host::transport_kind::cuda_ipc);
+    CHECK(lines[0].find("cuda_ipc") != std::string::npos);
+    if (sel.chosen == host::transport_kind::cuda_ipc) {
+      CHECK_FALSE(sel.fell_back);
+    } else {
+      CHECK((sel.chosen == host::transport_kind::ibverbs || sel.chosen == host::transport_kind::nccl));
       CHECK(sel.fell_back);
-      CHECK(sel.failing_ranks() == std::vector<int>{0});
-      CHECK(lines[0].find("ibverbs unusable: rank 0: ") != std::string::npos);
-      CHECK(lines[0].find("every rank falls back to nccl together") != std::string::npos);
+      CHECK(lines[0].find("cuda_ipc unusable: rank 0: ") != std::string::npos);
     }
   }
 
