@@ -249,17 +249,18 @@ ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE std::uint8_t encode(const float (&x)
       }
       words[w] = word;
     }
-    return sf;
-  }
+  } else  // the general loop below; `else` so that it is not compiled, unreachable, after the whole-block path
 #endif
-  ROCENANTE_UNROLL
-  for (int j = 0; j < block_bytes; ++j) {
-    const float lo = 2 * j < valid ? mul_rn(x[2 * j], m) : 0.0f;
-    const float hi = 2 * j + 1 < valid ? mul_rn(x[2 * j + 1], m) : 0.0f;
-    std::uint32_t c = e2m1x2(lo, hi);
-    if (2 * j >= valid) c &= 0xf0u;  // padding: code 0 (not -0)
-    if (2 * j + 1 >= valid) c &= 0x0fu;
-    words[j / 4] |= c << (8 * (j % 4));
+  {
+    ROCENANTE_UNROLL
+    for (int j = 0; j < block_bytes; ++j) {
+      const float lo = 2 * j < valid ? mul_rn(x[2 * j], m) : 0.0f;
+      const float hi = 2 * j + 1 < valid ? mul_rn(x[2 * j + 1], m) : 0.0f;
+      std::uint32_t c = e2m1x2(lo, hi);
+      if (2 * j >= valid) c &= 0xf0u;  // padding: code 0 (not -0)
+      if (2 * j + 1 >= valid) c &= 0x0fu;
+      words[j / 4] |= c << (8 * (j % 4));
+    }
   }
   return sf;
 }
