@@ -122,12 +122,13 @@ def _device_index(device: Any) -> Optional[int]:
     return -1 if index is None else int(index)
 
 
-def _stream_of(x: Any) -> int:
-    """The stream a call on x runs on when none is given: torch's current stream on x's device, CuPy's current
-    stream, else 0 (the legacy default stream)."""
+def _stream_of(x: Any, device: int) -> int:
+    """The stream a call on x runs on when none is given: torch's current stream on x's device (on `device` when x is
+    not a CUDA tensor: a call that will be refused still takes its place on a stream), CuPy's current stream, else 0
+    (the legacy default stream)."""
     mod = type(x).__module__
     if mod.startswith("torch"):
-        return sys.modules["torch"].cuda.current_stream(x.device).cuda_stream
+        return sys.modules["torch"].cuda.current_stream(x.device if x.is_cuda else device).cuda_stream
     if mod.startswith("cupy"):
         return sys.modules["cupy"].cuda.get_current_stream().ptr
     return 0
@@ -301,7 +302,7 @@ class Communicator:
                                                      "executor: pass stream=None", 0))
             return 0
         if stream is None:
-            return _stream_of(x)
+            return _stream_of(x, self._c.device)
         if isinstance(stream, int) and not isinstance(stream, bool):
             return stream
         for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
@@ -309,7 +310,7 @@ class Communicator:
             if isinstance(value, int):
                 return value
         self._raise_if_failed(self._c.reject(f"stream must be an int (a cudaStream_t value), a torch.cuda.Stream or a "
-                                             f"CuPy stream, got {type(stream).__name__}", _stream_of(x)))
+                                             f"CuPy stream, got {type(stream).__name__}", _stream_of(x, self._c.device)))
         return None
 
     # -- state ---------------------------------------------------------------------------------------------------

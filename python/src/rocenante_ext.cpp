@@ -560,10 +560,10 @@ NB_MODULE(_ext, m) {
 #if ROCENANTE_PY_HAS_TCP
       .def_static("from_env", &communicator::from_env, "config"_a, "bootstrap_timeout"_a.none(), "device"_a.none())
 #endif
-      .def("all_reduce", &communicator::all_reduce, "x"_a, "out"_a.none(), "algo"_a, "as_dtype"_a.none(), "stream"_a)
-      .def("all_gather", &communicator::all_gather, "x"_a, "out"_a, "as_dtype"_a.none(), "stream"_a)
+      .def("all_reduce", &communicator::all_reduce, "x"_a, "out"_a.none(), "algo"_a, "as_dtype"_a.none(), "stream"_a = 0)
+      .def("all_gather", &communicator::all_gather, "x"_a, "out"_a, "as_dtype"_a.none(), "stream"_a = 0)
       .def("refusal", &communicator::refusal, "x"_a, "algo"_a, "collective"_a, "as_dtype"_a.none())
-      .def("reject", &communicator::reject, "why"_a, "stream"_a)
+      .def("reject", &communicator::reject, "why"_a, "stream"_a = 0)
       .def("health", &communicator::health)
       .def_prop_ro("last_error", &communicator::last_error)
       .def_prop_ro("failures", &communicator::failures)
