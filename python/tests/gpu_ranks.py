@@ -17,11 +17,13 @@ import sys
 import time
 import traceback
 
-import torch
-import torch.distributed as dist
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")  # before CUDA starts: no lazy kernel load while a peer spins
 
-import rocenante
-import rocenante.torch_ops as rops
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import rocenante  # noqa: E402
+import rocenante.torch_ops as rops  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ALGOS = ("one_shot", "ring", "auto")

@@ -56,6 +56,7 @@ def test_torchrun_ranks_on_one_gpu(gpu, ranks):
     env["CUDA_VISIBLE_DEVICES"] = env.get("ROCENANTE_TEST_GPU", "0")  # every rank on one GPU: the case cuda_ipc serves
     env["ROCENANTE_BOOTSTRAP"] = f"127.0.0.1:{free_port()}"  # from_env's store, apart from torchrun's
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("CUDA_MODULE_LOADING", "EAGER")  # ranks sharing a GPU: no lazy kernel load while a peer spins
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
            os.path.join(HERE, "gpu_ranks.py")]
     try:
