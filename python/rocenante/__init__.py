@@ -122,6 +122,13 @@ def _device_index(device: Any) -> Optional[int]:
     return -1 if index is None else int(index)
 
 
+def _require_gpu(rank: Any) -> None:
+    """A GPU communicator on a machine where CUDA cannot run fails here, before the set-up exchange."""
+    why = _ext.gpu_unavailable()
+    if why:
+        raise ConfigError(f"rocenante rank {'?' if rank is None else rank}: no usable GPU ({why})")
+
+
 def _stream_of(x: Any, device: int) -> int:
     """The stream a call on x runs on when none is given: torch's current stream on x's device (on `device` when x is
     not a CUDA tensor: a call that will be refused still takes its place on a stream), CuPy's current stream, else 0
@@ -185,6 +192,8 @@ class Communicator:
         BootstrapError. Used only during set-up. `device`: None (host executor) or this rank's CUDA device (GPU
         executor: an int, "cuda:N" or a torch.device)."""
         dev = _device_index(device)
+        if dev is not None:
+            _require_gpu(rank)
         return cls(_build(rank, lambda: _ext.Communicator.callback(
             int(rank), int(size), all_gather, cls._config(max_bytes, timeout, transport, algo), dev)))
 
@@ -225,6 +234,8 @@ class Communicator:
 
         rank = next((os.environ[v] for v in ("ROCENANTE_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
                      if os.environ.get(v)), None)
+        if dev is not None:
+            _require_gpu(rank)
         return cls(_build(rank, lambda: _ext.Communicator.from_env(
             cls._config(max_bytes, timeout, transport, algo),
             None if bootstrap_timeout is None else float(bootstrap_timeout), dev)))

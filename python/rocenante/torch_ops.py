@@ -58,7 +58,7 @@ def _comm(handle: int) -> Communicator:
 @torch.library.custom_op("rocenante::all_reduce", mutates_args=())
 def all_reduce(x: torch.Tensor, handle: int, algo: str) -> torch.Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _comm(handle).all_reduce(x.contiguous(), out=out, algo=algo)
+    _comm(handle).all_reduce(x.detach().contiguous(), out=out, algo=algo)  # DLPack refuses tensors needing grad
     return out
 
 
@@ -69,7 +69,7 @@ def _(x: torch.Tensor, handle: int, algo: str) -> torch.Tensor:
 
 @torch.library.custom_op("rocenante::all_reduce_", mutates_args=("x",))
 def all_reduce_(x: torch.Tensor, handle: int, algo: str) -> None:
-    _comm(handle).all_reduce(x, algo=algo)  # a non-contiguous x is refused (on every rank) by the library
+    _comm(handle).all_reduce(x.detach(), algo=algo)  # a non-contiguous x is refused (on every rank) by the library
 
 
 @all_reduce_.register_fake
@@ -81,7 +81,7 @@ def _(x: torch.Tensor, handle: int, algo: str) -> None:
 def all_gather(x: torch.Tensor, handle: int) -> torch.Tensor:
     c = _comm(handle)
     out = x.new_empty((c.size,) + tuple(x.shape))
-    c.all_gather(x.contiguous(), out=out)
+    c.all_gather(x.detach().contiguous(), out=out)
     return out
 
 
