@@ -311,7 +311,9 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.c
         [ -x "$v/bin/python" ] || { say "$s: no build-pyvenv (run.sh python --tests build)"; return 1; }
         step "python-$s" 500 bash -c "cd python/tests && '$v/bin/python' -m pytest -v -s -rs -p no:cacheprovider \
           'test_gpu.py::test_torchrun_ranks_on_one_gpu[${s#pytest}]' test_gpu.py::test_a_missing_gpu_is_a_config_error_naming_the_rank" || r=1
-        grep -E "rank [0-9]+: (ok|PASS|FAIL)|passed|failed|skipped|SKIP" "$out/python-$s.log" | tail -25 | tee -a "$S" ;;
+        grep -E "rank [0-9]+: (ok|PASS|FAIL)|passed|failed|skipped|SKIP" "$out/python-$s.log" | tail -25 | tee -a "$S"
+        # a skipped GPU case is not a passed one
+        grep -q "rank 0: PASS" "$out/python-$s.log" || { say "python-$s: the torchrun case did not pass (skipped or failed)"; r=1; } ;;
       example4|example1)
         [ -x "$v/bin/python" ] || { say "$s: no build-pyvenv (run.sh python --tests build)"; return 1; }
         step "python-$s" 300 env CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$v/bin/python" -m torch.distributed.run \
