@@ -1,4 +1,5 @@
-"""RoCEnante collectives from Python: one-shot and ring all-reduce and all-gather over the host executor.
+"""RoCEnante collectives from Python: one-shot and ring all-reduce and all-gather over the host executor (CPU
+arrays) and, in a build with nvcc, the GPU executor (CUDA arrays, enqueued on a stream, CUDA-graph capturable).
 
 Arrays travel through DLPack, so NumPy, torch, CuPy and JAX arrays all work; the GIL is released while a collective
 runs. Every rank builds a Communicator collectively and then calls the same collectives in the same order with the
@@ -7,10 +8,14 @@ same element counts; the rules are those of the C++ API (docs/python.md).
     world = rocenante.World(4)                        # ranks as threads of this process
     comm = rocenante.Communicator.in_process(world, rank)
     comm.all_reduce(x)                                # in place: x becomes the sum over ranks
+
+    comm = rocenante.Communicator.from_env(device=local_rank)   # GPU ranks as processes (torchrun)
+    comm.all_reduce(t)                                # t: a CUDA tensor; on torch's current stream
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from . import _ext
@@ -18,11 +23,21 @@ from ._ext import BootstrapError, CollectiveError, ConfigError, ConfigMismatchEr
 
 __all__ = [
     "Communicator", "World", "Health", "Error", "ConfigError", "ConfigMismatchError", "BootstrapError",
-    "TransportError", "CollectiveError", "has_tcp_bootstrap",
+    "TransportError", "CollectiveError", "has_tcp_bootstrap", "has_gpu", "gpu_unavailable",
 ]
 
 #: Whether this build has the store bootstrap (Communicator.from_env).
 has_tcp_bootstrap: bool = bool(_ext.has_tcp_bootstrap)
+
+#: Whether this build has the GPU executor (built with nvcc: -Csetup-args=-Dcuda=enabled). Whether a GPU is usable
+#: here is gpu_unavailable()'s answer.
+has_gpu: bool = bool(_ext.has_gpu)
+
+
+def gpu_unavailable() -> str:
+    """Empty when this process can build a GPU communicator, else why not (a build without nvcc; the CUDA runtime's
+    answer: no driver, no device). Asks the CUDA runtime on every call, never at import."""
+    return _ext.gpu_unavailable()
 
 _DEFAULT_MAX_BYTES = 1 << 20
 
@@ -69,12 +84,61 @@ def _bf16_view(x: Any):
 
 
 def _empty_like_gather(x: Any, size: int):
-    """Output of all_gather when none is given: shape (size, *x.shape), same type and dtype as x."""
+    """Output of all_gather when none is given: shape (size, *x.shape), same type, dtype and device as x."""
     if hasattr(x, "new_empty"):  # torch
         return x.new_empty((size,) + tuple(x.shape))
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        with cupy.cuda.Device(x.device.id):
+            return cupy.empty((size,) + tuple(x.shape), dtype=x.dtype)
     import numpy as np
 
     return np.empty((size,) + tuple(x.shape), dtype=x.dtype)
+
+
+def _device_index(device: Any) -> Optional[int]:
+    """None for the CPU (the host executor), else the CUDA ordinal (-1: the calling thread's current device).
+    Accepts an int, "cpu", "cuda", "cuda:N", or anything with .type and .index (torch.device)."""
+    if device is None:
+        return None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return int(device)
+    kind, index = getattr(device, "type", None), getattr(device, "index", None)
+    if kind is None:
+        text = str(device)
+        kind, _, rest = text.partition(":")
+        index = int(rest) if rest.isdigit() else None
+        if rest and index is None:
+            raise ConfigError(f"device {device!r}: expected an int, 'cpu', 'cuda' or 'cuda:N'")
+    if kind == "cpu":
+        return None
+    if kind != "cuda":
+        raise ConfigError(f"device {device!r}: rocenante runs on the CPU or on CUDA devices")
+    if not has_gpu:
+        raise ConfigError(f"device {device!r}: this build of rocenante has the host executor only (built without "
+                          "nvcc): pass device=None for CPU arrays, or reinstall it with "
+                          "-Csetup-args=-Dcuda=enabled for CUDA arrays")
+    return -1 if index is None else int(index)
+
+
+def _require_gpu(rank: Any) -> None:
+    """A GPU communicator on a machine where CUDA cannot run fails here, before the set-up exchange."""
+    why = _ext.gpu_unavailable()
+    if why:
+        raise ConfigError(f"rocenante rank {'?' if rank is None else rank}: no usable GPU ({why})")
+
+
+def _stream_of(x: Any, device: int) -> int:
+    """The stream a call on x runs on when none is given: torch's current stream on x's device (on `device` when x is
+    not a CUDA tensor: a call that will be refused still takes its place on a stream), CuPy's current stream, else 0
+    (the legacy default stream)."""
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return sys.modules["torch"].cuda.current_stream(x.device if x.is_cuda else device).cuda_stream
+    if mod.startswith("cupy"):
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
 
 
 def _build(rank: Optional[int], make: Callable[[], Any]):
@@ -88,16 +152,19 @@ def _build(rank: Optional[int], make: Callable[[], Any]):
 
 
 class Communicator:
-    """One rank of a communicator over the host executor.
+    """One rank of a communicator over the host executor (CPU arrays) or, with `device`, the GPU executor.
 
     Build it on every rank collectively (in_process, from_callbacks, from_process_group, from_env). The transport is
-    chosen at start-up by all ranks together (`decision` says which and why): loopback when every rank is a thread of
-    one process, ibverbs where RDMA works, socket (TCP) across processes otherwise.
+    chosen at start-up by all ranks together (`decision` says which and why). Host executor: loopback when every rank
+    is a thread of one process, ibverbs where RDMA works, socket (TCP) across processes otherwise. GPU executor
+    (device given; ranks as processes, each on its GPU): cuda_ipc when every rank is on one host (several processes
+    may share one GPU), else ibverbs, else nccl.
 
     Options (identical on every rank, checked at set-up):
       max_bytes  largest input of one rank to one collective, in bytes (all_gather: one rank's contribution)
       timeout    bound on every wait for a peer, in seconds; a wait that runs out poisons the communicator
-      transport  "auto" (default), "loopback", "socket", "ibverbs", or "env" (ROCENANTE_TRANSPORT decides)
+      transport  "auto" (default), "loopback", "socket", "ibverbs", or "env" (ROCENANTE_TRANSPORT decides); a GPU
+                 communicator: "auto", "cuda_ipc", "ibverbs", "socket", "nccl" or "env"
       algo       algorithm of calls that pass algo="auto": "auto" (by size and rank count), "one_shot", "ring", "env"
     """
 
@@ -119,21 +186,24 @@ class Communicator:
     @classmethod
     def from_callbacks(cls, rank: int, size: int, all_gather: Callable[[bytes], bytes], *,
                        max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0, transport: str = "auto",
-                       algo: str = "auto") -> "Communicator":
+                       algo: str = "auto", device: Any = None) -> "Communicator":
         """Set-up through your own exchange: all_gather(b) must be collective and return every rank's `b`
         concatenated in rank order (all of equal length). It must not wait forever: an exception it raises becomes
-        BootstrapError. Used only during set-up."""
+        BootstrapError. Used only during set-up. `device`: None (host executor) or this rank's CUDA device (GPU
+        executor: an int, "cuda:N" or a torch.device)."""
+        dev = _device_index(device)
+        if dev is not None:
+            _require_gpu(rank)
         return cls(_build(rank, lambda: _ext.Communicator.callback(
-            int(rank), int(size), all_gather, cls._config(max_bytes, timeout, transport, algo))))
+            int(rank), int(size), all_gather, cls._config(max_bytes, timeout, transport, algo), dev)))
 
     @classmethod
     def from_process_group(cls, group: Any = None, device: Any = None, *, max_bytes: int = _DEFAULT_MAX_BYTES,
                            timeout: float = 10.0, transport: str = "auto", algo: str = "auto") -> "Communicator":
-        """Set-up through a torch.distributed process group (a CPU group such as gloo; None: the default group):
-        its all_gather_object carries the set-up exchange. `device` must be None or "cpu" in this build."""
-        if device is not None and str(device) != "cpu":
-            raise ConfigError(f"device {device!r}: this build of rocenante has the host executor only (CPU arrays); "
-                              "pass device=None")
+        """Set-up through a torch.distributed process group (None: the default group): its all_gather_object
+        carries the set-up exchange. `device`: None or "cpu" for the host executor (CPU tensors); this rank's CUDA
+        device (torch.device('cuda', i), "cuda:i" or i) for the GPU executor (CUDA tensors; a build with nvcc)."""
+        dev = _device_index(device)
         import torch.distributed as dist
 
         rank, size = dist.get_rank(group), dist.get_world_size(group)
@@ -144,17 +214,19 @@ class Communicator:
             return b"".join(parts)
 
         return cls.from_callbacks(rank, size, all_gather, max_bytes=max_bytes, timeout=timeout, transport=transport,
-                                  algo=algo)
+                                  algo=algo, device=dev)
 
     @classmethod
     def from_env(cls, *, max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0, transport: str = "auto",
-                 algo: str = "auto", bootstrap_timeout: Optional[float] = None) -> "Communicator":
+                 algo: str = "auto", bootstrap_timeout: Optional[float] = None, device: Any = None) -> "Communicator":
         """Set-up through the store bootstrap (ranks as processes, any launcher): rank 0's address from
         ROCENANTE_BOOTSTRAP=host:port, else MASTER_ADDR and MASTER_PORT + 1 (torchrun keeps MASTER_PORT itself);
         rank and size from ROCENANTE_RANK/ROCENANTE_WORLD_SIZE, RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS
         or OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE. Rank 0 listens; the others connect. Every bootstrap wait is
         bounded by `bootstrap_timeout` seconds (None: ROCENANTE_BOOTSTRAP_TIMEOUT_MS, else 120 s); a rank that never
-        connects is named in the BootstrapError every other rank raises."""
+        connects is named in the BootstrapError every other rank raises. `device`: None (host executor) or this rank's
+        CUDA device (GPU executor), e.g. int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()."""
+        dev = _device_index(device)
         if not has_tcp_bootstrap:
             raise ConfigError("this build of rocenante has no store bootstrap (bootstrap/tcp.hpp); use "
                               "from_process_group or from_callbacks")
@@ -162,9 +234,11 @@ class Communicator:
 
         rank = next((os.environ[v] for v in ("ROCENANTE_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
                      if os.environ.get(v)), None)
+        if dev is not None:
+            _require_gpu(rank)
         return cls(_build(rank, lambda: _ext.Communicator.from_env(
             cls._config(max_bytes, timeout, transport, algo),
-            None if bootstrap_timeout is None else float(bootstrap_timeout))))
+            None if bootstrap_timeout is None else float(bootstrap_timeout), dev)))
 
     # -- collectives -------------------------------------------------------------------------------------------
     def _raise_if_failed(self, result) -> None:
@@ -176,31 +250,44 @@ class Communicator:
 
     def all_reduce(self, x: Any, out: Any = None, algo: str = "auto", stream: Any = None):
         """out = sum over ranks of x, elementwise; returns the array holding the result (x itself when out is None:
-        in place). x: a C-contiguous CPU array of float32, float16 or bfloat16 with at most max_bytes bytes;
-        out: same dtype and element count. Bytes of the result are identical on every rank. algo: "auto" (the
-        communicator's choice, by size), "one_shot" or "ring". Raises CollectiveError (message from the C++ library,
-        naming the rank) when the call is refused or a peer fails; a refused call tells the peers and poisons the
-        communicator: ask accepts() first to fall back without poisoning."""
-        self._no_stream(stream)
+        in place). x: a C-contiguous array of float32, float16 or bfloat16 with at most max_bytes bytes, on the CPU
+        (host executor) or on this communicator's CUDA device (GPU executor); out: same dtype and element count.
+        Bytes of the result are identical on every rank. algo: "auto" (the communicator's choice, by size),
+        "one_shot" or "ring".
+
+        GPU executor: the call is enqueued on `stream` (an int cudaStream_t value, a torch.cuda.Stream or a CuPy
+        stream; None: torch's current stream on x's device for a tensor, CuPy's current stream for a CuPy array) and
+        returns without waiting for it; it never synchronises and allocates nothing, so it may be captured into a
+        CUDA graph. Host executor: stream must be None.
+
+        Raises CollectiveError (message from the C++ library, naming the rank) when the call is refused or a peer
+        fails; a refused call tells the peers and poisons the communicator: ask accepts() first to fall back without
+        poisoning."""
+        s = self._stream(x, stream)
+        if s is None:
+            return x if out is None else out
         xv, as_dtype = _bf16_view(x)
         ov = None
         if out is not None:
             ov, _ = _bf16_view(out)
-        self._raise_if_failed(self._c.all_reduce(xv, ov, str(algo), as_dtype))
+        self._raise_if_failed(self._c.all_reduce(xv, ov, str(algo), as_dtype, s))
         return x if out is None else out
 
     def all_gather(self, x: Any, out: Any = None, stream: Any = None):
         """out[q] = x of rank q: out holds size * x.size elements (rank-major); when None, a new array of shape
-        (size, *x.shape) of x's type. Returns out. Same input rules as all_reduce; algorithm one_shot."""
-        self._no_stream(stream)
+        (size, *x.shape) of x's type (and device). Returns out. Same input and stream rules as all_reduce; algorithm
+        one_shot."""
+        s = self._stream(x, stream)
+        if s is None:
+            return out
         if out is None:
             try:
                 out = _empty_like_gather(x, self.size)
             except (AttributeError, TypeError) as e:  # refused through the library, so that the peers are told
-                self._raise_if_failed(self._c.reject(f"input is not an array: cannot make all_gather's output ({e})"))
+                self._raise_if_failed(self._c.reject(f"input is not an array: cannot make all_gather's output ({e})", s))
         xv, as_dtype = _bf16_view(x)
         ov, _ = _bf16_view(out)
-        self._raise_if_failed(self._c.all_gather(xv, ov, as_dtype))
+        self._raise_if_failed(self._c.all_gather(xv, ov, as_dtype, s))
         return out
 
     def accepts(self, x: Any, algo: str = "auto", collective: str = "all_reduce") -> bool:
@@ -217,10 +304,25 @@ class Communicator:
         xv, as_dtype = _bf16_view(x)
         return self._c.refusal(xv, str(algo), collective, as_dtype)
 
-    def _no_stream(self, stream: Any) -> None:
-        if stream is not None:  # refused through the library, so that the peers do not wait for this rank
-            self._raise_if_failed(self._c.reject("stream applies to GPU arrays; this build of rocenante has the host "
-                                                 "executor only: pass stream=None"))
+    def _stream(self, x: Any, stream: Any) -> Optional[int]:
+        """The call's stream as an int (0 for the host executor); None when the call was refused here (never: a
+        refusal raises after telling the peers)."""
+        if self._c.device is None:
+            if stream is not None:  # refused through the library, so that the peers do not wait for this rank
+                self._raise_if_failed(self._c.reject("stream applies to GPU arrays; this communicator runs the host "
+                                                     "executor: pass stream=None", 0))
+            return 0
+        if stream is None:
+            return _stream_of(x, self._c.device)
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            return stream
+        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+            value = getattr(stream, attr, None)
+            if isinstance(value, int):
+                return value
+        self._raise_if_failed(self._c.reject(f"stream must be an int (a cudaStream_t value), a torch.cuda.Stream or a "
+                                             f"CuPy stream, got {type(stream).__name__}", _stream_of(x, self._c.device)))
+        return None
 
     # -- state ---------------------------------------------------------------------------------------------------
     def health(self) -> Health:
@@ -231,6 +333,17 @@ class Communicator:
     def last_error(self) -> str:
         """Message of the last failed call on this rank (empty if none)."""
         return self._c.last_error
+
+    @property
+    def failures(self) -> int:
+        """Collectives of this rank that did not complete (failed, timed out, refused, or called on a poisoned
+        communicator); on the GPU executor counted when the failing kernel runs, read without synchronising."""
+        return self._c.failures
+
+    @property
+    def device(self) -> Optional[int]:
+        """The CUDA device of a GPU communicator; None for the host executor."""
+        return self._c.device
 
     @property
     def decision(self) -> str:
@@ -265,5 +378,6 @@ class Communicator:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self.transport
-        return f"<rocenante.Communicator rank {self.rank} of {self.size}, {state}>"
+        where = "" if self.device is None else f", cuda:{self.device}"
+        return f"<rocenante.Communicator rank {self.rank} of {self.size}, {state}{where}>"
 

@@ -224,8 +224,9 @@ def test_from_process_group_carries_set_up_through_all_gather_object(monkeypatch
     [t.start() for t in ts]
     [t.join(60) for t in ts]
     assert results == [(r, n, 3.0) for r in range(n)]
-    with pytest.raises(rocenante.ConfigError, match="host executor only"):
-        rocenante.Communicator.from_process_group(None, device="cuda:0")
+    if not rocenante.has_gpu:  # a build with nvcc builds a GPU communicator there (test_gpu.py)
+        with pytest.raises(rocenante.ConfigError, match="host executor only"):
+            rocenante.Communicator.from_process_group(None, device="cuda:0")
 
 
 def test_a_read_only_input_is_fine_out_of_place():

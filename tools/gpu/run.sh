@@ -5,8 +5,10 @@
 #
 # Commands (from the repository root):
 #   deps      on the CPU machine, before going to the GPU machine: fill .deps/ (git-ignored) with what the GPU
-#             machine lacks — doctest's and Google Benchmark's headers, nccl.h, libbenchmark — and .deps/commit
-#             (a .git copied there may be stale). Then carry .deps along with the working tree.
+#             machine lacks — doctest's and Google Benchmark's headers, nccl.h, libbenchmark, and in .deps/wheels
+#             the wheels the Python package's build and tests need (meson-python, meson, nanobind and their
+#             dependencies, pytest; pure Python, a few MiB) — and .deps/commit (a .git copied there may be stale).
+#             Then carry .deps along with the working tree.
 #   build     configure and build the GPU targets in build-gpu/ (or --build DIR) for sm_90a (or --arch)
 #   test      the gpu suites (collectives, nvfp4, nccl where built), examples 01 and 02, and the ranks-as-processes
 #             suite (multiprocess: up to 500 s without MPS, so run it alone: --tests test_gpu_multiprocess)
@@ -19,6 +21,11 @@
 #   perf      the rocenante-perf sweeps (2, 4, 8 ranks on the one GPU, eager and graph, 8 B-64 MiB, every dtype and
 #             algorithm; all-gather; a world of one beside NCCL; proxy mode) with a JSON receipt each, the source of
 #             the `auto` table (algorithm/auto.hpp), and example 02 at 1 and 8 ranks (time and energy per step)
+#   python    the Python package with the GPU executor, offline: a venv (build-pyvenv/, --system-site-packages so
+#             that torch is visible) filled from .deps/wheels, `pip install .` with -Dcuda=enabled for --arch, then
+#             --tests (default build,pytest2,pytest4,example4,example1: the build, python/tests/test_gpu.py's torchrun
+#             cases at 2 and 4 processes on GPU 0, examples/05_tp_mlp.py at 4 processes and as a world of one
+#             beside NCCL). The build takes about 3 minutes: split it over device calls with --tests
 #   sass      on the CPU machine: registers, hot-path length and two instruction counts of the decode-size kernel
 #             (kernel::all_reduce, reduce_path::small, bf16, sm_90a) that docs/design.md §1.4 quotes; --ranks N
 #             builds it over transport::fixed_ranks<direct_handle, N>; cuobjdump and nvdisasm come from PyPI.
@@ -43,12 +50,15 @@
 #                      with `git archive COMMIT include | tar -x -C DIR`, then DIR/include)
 #   --targets LIST     build: ninja targets (default: everything the configuration has)
 #   --tests LIST       test: what to run, comma separated, in order (default: test_gpu_collectives,test_gpu_nvfp4,
-#                      test_gpu_nccl,examples,test_gpu_multiprocess; receipt runs all but the last)
+#                      test_gpu_nccl,examples,test_gpu_multiprocess; receipt runs all but the last); python: its
+#                      steps (build,pytest2,pytest4,example4,example1)
 #   --jobs N           build: ninja jobs (default: every core)
 #
 # Examples:
 #   tools/gpu/run.sh deps                                       # here; then carry .deps on the device call
 #   tools/gpu/run.sh receipt --out "$OUT/receipt"               # on the GPU machine
+#   tools/gpu/run.sh python --out "$OUT/py" --tests build,pytest2   # on the GPU machine, then in a second call:
+#   tools/gpu/run.sh python --out "$OUT/py" --tests pytest4,example4,example1
 #   # two builds side by side in one device call, then one table of ratios:
 #   tools/gpu/run.sh build --variant trial=-DMY_CHANGE=1 && tools/gpu/run.sh build
 #   tools/gpu/run.sh bench --out "$OUT/ab" --name default --filter 'bytes:49152/ranks:4' --repetitions 5
@@ -62,7 +72,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 cmd=${1:-}; [ -n "$cmd" ] || usage 2; shift
-case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt|perf|sass) ;; *) echo "run.sh: unknown command '$cmd'" >&2; usage 2 ;; esac
+case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt|perf|python|sass) ;; *) echo "run.sh: unknown command '$cmd'" >&2; usage 2 ;; esac
 argv=("$cmd" "$@")
 
 out='' build=build-gpu arch=90a variant='' filter='' binary=rocenante-bench-gpu name=bench reps='' deadline=540 ranks=0
@@ -101,8 +111,23 @@ deps() {
   # a real file under both names: the link name for the build, the SONAME for the run (links may not travel)
   local lib; lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libbenchmark.so) || return 1
   cp "$lib" .deps/lib/libbenchmark.so; cp "$lib" ".deps/lib/$(objdump -p "$lib" | awk '/SONAME/{print $2}')"
+  python_wheels || return 1
   git_commit > .deps/commit || echo unknown > .deps/commit
   du -sh .deps | sed 's/^/deps: carry .deps (/; s/$/)/'
+}
+
+# The wheels `run.sh python` installs offline: the package's build requirements (pyproject.toml) and pytest, with
+# their dependencies, resolved for every Python the GPU machine may have (all pure Python: one set serves them).
+py_build_reqs=("meson-python>=0.15" "meson>=1.4" "nanobind>=2.0" "pytest>=7")
+python_wheels() {
+  local v w=.deps/wheels; mkdir -p "$w"
+  # pip judges the dependencies' markers by this Python, not --python-version: older Pythons' backports by name
+  for v in 3.9 3.10 3.11 3.12 3.13; do
+    python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$v" -d "$w" \
+      "${py_build_reqs[@]}" tomli exceptiongroup typing_extensions ||
+      { echo "deps: pip download of the Python build wheels failed (Python $v)" >&2; return 1; }
+  done
+  du -sh "$w" | sed 's/^/deps: Python wheels in .deps\/wheels (/; s/$/)/'
 }
 
 sass() {
@@ -259,6 +284,47 @@ do_perf() {
   return $r
 }
 
+# python [STEPS]: the package with the GPU executor in build-pyvenv/ (offline, from .deps/wheels), its GPU tests and
+# example 05. Build folder $B-python (meson-python's, incremental while the machine stays warm).
+do_python() {
+  local v=$root/build-pyvenv w=$root/.deps/wheels s r=0 want
+  IFS=, read -ra want <<<"${tests:-build,pytest2,pytest4,example4,example1}"
+  for s in "${want[@]}"; do
+    case "$s" in
+      build)
+        [ -d "$w" ] || { say "python: no .deps/wheels: run tools/gpu/run.sh deps on the CPU machine and carry .deps"; return 1; }
+        python3 -c 'import torch, numpy' >"$out/python-torch.log" 2>&1 ||
+          say "python: python3 cannot import torch and numpy (python-torch.log): the GPU cases will skip"
+        if [ ! -x "$v/bin/python" ]; then
+          python3 -m venv --system-site-packages "$v" >"$out/python-venv.log" 2>&1 || { say "python: venv failed:"; tail -5 "$out/python-venv.log" | tee -a "$S"; return 1; }
+        fi
+        step python-tools 120 "$v/bin/python" -m pip install --disable-pip-version-check --no-index --find-links "$w" \
+          "${py_build_reqs[@]}" || return 1
+        step python-build 480 env PATH="$v/bin:$PATH" "$v/bin/python" -m pip install -v --disable-pip-version-check \
+          --no-index --find-links "$w" --no-build-isolation --no-deps -Cbuild-dir="$root/$B-python" \
+          -Csetup-args=-Dcuda=enabled -Csetup-args=-Dgpu_archs="$arch" . || { grep -E "error|Error" "$out/python-build.log" | head -20 | tee -a "$S"; return 1; }
+        step python-import 60 "$v/bin/python" -c 'import rocenante, torch
+print("rocenante: has_gpu", rocenante.has_gpu, "gpu_unavailable", repr(rocenante.gpu_unavailable()))
+print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' &&
+          tee -a "$S" <"$out/python-import.log" || r=1 ;;
+      pytest2|pytest4)
+        [ -x "$v/bin/python" ] || { say "$s: no build-pyvenv (run.sh python --tests build)"; return 1; }
+        step "python-$s" 500 bash -c "cd python/tests && '$v/bin/python' -m pytest -v -s -rs -p no:cacheprovider \
+          'test_gpu.py::test_torchrun_ranks_on_one_gpu[${s#pytest}]' test_gpu.py::test_a_missing_gpu_is_a_config_error_naming_the_rank" || r=1
+        grep -E "rank [0-9]+: (ok|PASS|FAIL)|passed|failed|skipped|SKIP" "$out/python-$s.log" | tail -25 | tee -a "$S"
+        # a skipped GPU case is not a passed one
+        grep -q "rank 0: PASS" "$out/python-$s.log" || { say "python-$s: the torchrun case did not pass (skipped or failed)"; r=1; } ;;
+      example4|example1)
+        [ -x "$v/bin/python" ] || { say "$s: no build-pyvenv (run.sh python --tests build)"; return 1; }
+        step "python-$s" 300 env CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$v/bin/python" -m torch.distributed.run \
+          --standalone --nproc-per-node="${s#example}" examples/05_tp_mlp.py || r=1
+        grep -vE '^\s*$|^W[0-9]|^\*+$|OMP_NUM_THREADS' "$out/python-$s.log" | tail -25 | tee -a "$S" ;;
+      *) say "python: unknown step '$s' (build, pytest2, pytest4, example4, example1)"; r=1 ;;
+    esac
+  done
+  return $r
+}
+
 floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:192/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph'
 decode='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
 large='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1'
@@ -270,6 +336,7 @@ case "$cmd" in
   sanitize) do_sanitize || rc=1 ;;
   bench) do_bench "$name" "$binary" "${filter:-$decode}" || rc=1 ;;
   perf) do_perf || rc=1 ;;
+  python) do_python || rc=1 ;;
   receipt)
     do_build || { say "total: $(( $(date +%s) - t0 )) s"; exit 1; }
     do_bench receipt-decode rocenante-bench-gpu "$decode"  # first: a deadline cuts from the end

@@ -185,6 +185,11 @@ class communicator {
     return launched(launch(kernel::all_gather<A, R, handle_type>, sp.ctas, threads, stream, capacity_, ctx_, in, out, count, sp.parts));
   }
 
+  /// Refuses this call for a reason the caller found (a binding's checks: dtype, device, output size): the reject
+  /// kernel takes the collective's place on `stream`, tells the peers to abort it, and this rank is poisoned (as
+  /// for any bad argument). Returns invalid_argument; last_error() names the rank and `why`.
+  status reject(const std::string& why, cudaStream_t stream) { return reject_in_sequence(stream, why, {}); }
+
   /// Collectives of this rank that did not complete — failed, timed out, refused, or called (or replayed in a
   /// graph) on a poisoned communicator; each of them filled its output with the poison value (docs/api.md).
   /// Reads the host-mapped mirror: no device synchronize; a kernel reads the same count from

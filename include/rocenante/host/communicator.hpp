@@ -199,6 +199,18 @@ constexpr std::size_t element_bytes(dtype t) {
   return t == dtype::f32 ? 4 : (t == dtype::f16 || t == dtype::bf16) ? 2 : 0;
 }
 
+/// The run-time dtype dispatch (enum -> instantiation) of every executor: f.template operator()<T>(nullptr) for the
+/// element type T of `t` (float, __half, __nv_bfloat16); not_supported for a dtype with no sum reduction.
+template <class F>
+status dispatch_dtype(dtype t, F&& f) {
+  switch (t) {
+    case dtype::f32: return f.template operator()<float>(nullptr);
+    case dtype::f16: return f.template operator()<__half>(nullptr);
+    case dtype::bf16: return f.template operator()<__nv_bfloat16>(nullptr);
+    default: return status::not_supported;
+  }
+}
+
 template <transport::transport Transport>
 class communicator : public executor_base<Transport> {
   using base = executor_base<Transport>;
@@ -301,16 +313,6 @@ class communicator : public executor_base<Transport> {
   status reject(const std::string& why, status code = status::invalid_argument) { return reject_call(why, code); }
 
  private:
-  template <class F>
-  static status dispatch_dtype(dtype t, F&& f) {
-    switch (t) {
-      case dtype::f32: return f.template operator()<float>(nullptr);
-      case dtype::f16: return f.template operator()<__half>(nullptr);
-      case dtype::bf16: return f.template operator()<__nv_bfloat16>(nullptr);
-      default: return status::not_supported;
-    }
-  }
-
   template <class A, class R>
   status run(protocol::collective c, const typename R::value_type* in, typename R::value_type* out, std::size_t count) {
     using T = typename R::value_type;
