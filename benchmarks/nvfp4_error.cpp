@@ -125,6 +125,17 @@ options make_options(std::size_t capacity) {
   return o;
 }
 
+/// Bytes this rank's proxy has sent so far, read after every rank finished and the proxies went idle, so that no
+/// post is still in flight. Every rank calls it (barriers).
+template <class Comm>
+std::uint64_t settled_bytes(bootstrap::in_process& b, Comm& c) {
+  b.barrier();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto v = c.transport().stats().bytes;
+  b.barrier();
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,18 +175,11 @@ int main(int argc, char** argv) {
         in[r] = make_input(d, elements, 1000u * n + 17u * r + static_cast<std::uint32_t>(d));
         plain[r].resize(elements);
         wire[r].resize(elements);
-        auto settled_bytes = [&] {
-          b.barrier();
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          const auto v = c.transport().stats().bytes;
-          b.barrier();
-          return v;
-        };
-        const auto s0 = settled_bytes();
+        const auto s0 = settled_bytes(b, c);
         if (c.all_reduce(in[r].data(), plain[r].data(), elements) != status::ok) ++failures;
-        const auto s1 = settled_bytes();
+        const auto s1 = settled_bytes(b, c);
         if (c.all_reduce_fp4(in[r].data(), wire[r].data(), elements) != status::ok) ++failures;
-        const auto s2 = settled_bytes();
+        const auto s2 = settled_bytes(b, c);
         bytes_plain[r] = s1 - s0;
         bytes_wire[r] = s2 - s1;
         if (r == 0) parts = c.template fp4_parts<bf16>(elements);
@@ -235,19 +239,11 @@ int main(int argc, char** argv) {
       for (std::size_t bytes : sizes) {
         const std::size_t count = bytes / 2;
         const int reps = quick ? 3 : (bytes >= (4u << 20) ? 7 : 31);
-        // stats are read after every rank finished and the proxies went idle, so no post is still in flight
-        auto settled_bytes = [&] {
-          b.barrier();
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          const auto v = c.transport().stats().bytes;
-          b.barrier();
-          return v;
-        };
-        const auto s0 = settled_bytes();
+        const auto s0 = settled_bytes(b, c);
         const double tp = timed([&] { return c.all_reduce(x.data(), y.data(), count); }, reps);
-        const auto s1 = settled_bytes();
+        const auto s1 = settled_bytes(b, c);
         const double tw = timed([&] { return c.all_reduce_fp4(x.data(), y.data(), count); }, reps);
-        const auto s2 = settled_bytes();
+        const auto s2 = settled_bytes(b, c);
         if (r == 0) {
           const std::uint32_t parts = c.template fp4_parts<bf16>(count);
           const double bp = double(s1 - s0) / (reps + 1), bw = double(s2 - s1) / (reps + 1);

@@ -339,19 +339,23 @@ void run_rank(bootstrap::in_process& boot, world& w) {
     CHECK_CUDA(cudaMemcpyAsync(host_out, out, count * sizeof(bf16), cudaMemcpyDeviceToHost, s));
     CHECK_CUDA(cudaStreamSynchronize(s));
     w.outs[vi][r].assign(host_out, host_out + count);
-    // eager: one sample per step
-    for (int i = 0; i < eager_steps; ++i) {
-      CHECK_CUDA(cudaEventRecord(e0[i], s));
-      run();
-      CHECK_CUDA(cudaEventRecord(e1[i], s));
-    }
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    t.eager[r].resize(eager_steps);
-    for (int i = 0; i < eager_steps; ++i) {
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, e0[i], e1[i]));
-      t.eager[r][i] = ms * 1e3;
-    }
+    // `samples` timings of work() between two events on s, in us per step (work() runs `steps` steps)
+    auto time_us = [&](int samples, int steps, auto&& work) {
+      for (int i = 0; i < samples; ++i) {
+        CHECK_CUDA(cudaEventRecord(e0[i], s));
+        work();
+        CHECK_CUDA(cudaEventRecord(e1[i], s));
+      }
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      std::vector<double> us(samples);
+      for (int i = 0; i < samples; ++i) {
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0[i], e1[i]));
+        us[i] = ms * 1e3 / steps;
+      }
+      return us;
+    };
+    t.eager[r] = time_us(eager_steps, 1, run);  // eager: one sample per step
     // graph: graph_steps steps in one graph; one sample per launch
     cudaGraph_t g;
     cudaGraphExec_t exec;
@@ -362,18 +366,7 @@ void run_rank(bootstrap::in_process& boot, world& w) {
     CHECK_CUDA(cudaGraphDestroy(g));
     boot.barrier();  // instantiation may allocate: nobody launches before every rank has instantiated
     CHECK_CUDA(cudaGraphLaunch(exec, s));  // warm
-    for (int l = 0; l < graph_launches; ++l) {
-      CHECK_CUDA(cudaEventRecord(e0[l], s));
-      CHECK_CUDA(cudaGraphLaunch(exec, s));
-      CHECK_CUDA(cudaEventRecord(e1[l], s));
-    }
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    t.graph[r].resize(graph_launches);
-    for (int l = 0; l < graph_launches; ++l) {
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, e0[l], e1[l]));
-      t.graph[r][l] = ms * 1e3 / graph_steps;
-    }
+    t.graph[r] = time_us(graph_launches, graph_steps, [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
     // energy: rank 0 picks a launch count that replays for about energy_seconds; every rank uses it
     if (r == 0) {
       const double step_us = std::max(1.0, median(t.graph[0]));

@@ -114,36 +114,27 @@ void time_launches(benchmark::State& state, W& w, bool graph, Launch&& launch_on
     cudaGraph_t g;
     cudaStreamBeginCapture(w.master, cudaStreamCaptureModeThreadLocal);
     cudaEventRecord(w.fork, w.master);
-    for (int r = 0; r < n; ++r) {
-      cudaStreamWaitEvent(w.streams[r], w.fork, 0);
+    rocenante_bench::fork_streams(w.fork, w.streams);
+    for (int r = 0; r < n; ++r)
       for (int k = 0; k < collectives_per_iteration; ++k)
         if (!launch_one(r)) state.SkipWithError("launch failed under capture");
-      cudaEventRecord(w.done[r], w.streams[r]);
-      cudaStreamWaitEvent(w.master, w.done[r], 0);
-    }
+    rocenante_bench::join_streams(w.master, w.streams, w.done);
     if (cudaStreamEndCapture(w.master, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess)
       state.SkipWithError("graph capture failed");
     cudaGraphDestroy(g);
   }
   for (auto _ : state) {
-    cudaEventRecord(w.start, w.master);
-    if (graph) {
-      cudaGraphLaunch(exec, w.master);
-    } else {
-      for (int r = 0; r < n; ++r) cudaStreamWaitEvent(w.streams[r], w.start, 0);
+    const float ms = rocenante_bench::time_between_events(w.start, w.stop, w.master, [&] {
+      if (graph) {
+        cudaGraphLaunch(exec, w.master);
+        return;
+      }
+      rocenante_bench::fork_streams(w.start, w.streams);
       for (int k = 0; k < collectives_per_iteration; ++k)
         for (int r = 0; r < n; ++r)
           if (!launch_one(r)) state.SkipWithError("launch failed");
-    }
-    if (!graph)
-      for (int r = 0; r < n; ++r) {
-        cudaEventRecord(w.done[r], w.streams[r]);
-        cudaStreamWaitEvent(w.master, w.done[r], 0);
-      }
-    cudaEventRecord(w.stop, w.master);
-    cudaEventSynchronize(w.stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, w.start, w.stop);
+      rocenante_bench::join_streams(w.master, w.streams, w.done);
+    });
     state.SetIterationTime(ms / 1e3 / collectives_per_iteration);
   }
   if (exec) cudaGraphExecDestroy(exec);

@@ -48,6 +48,8 @@ namespace {
 constexpr std::size_t big = std::size_t{64} << 20;
 
 using rocenante_bench::copy_rw_gbps;
+using rocenante_bench::set_bandwidth_counters;
+using rocenante_bench::time_between_events;
 
 void fill_bf16(bf16* d, std::size_t n, std::uint32_t seed, float sigma) {
   std::vector<bf16> h(n);
@@ -113,22 +115,13 @@ void bench_epilogue(benchmark::State& state, bool full, epi_kernel kind = epi_ke
   cudaEventCreate(&e1);
   launch();  // warm-up
   if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("epilogue kernel failed");
-  for (auto _ : state) {
-    cudaEventRecord(e0);
-    for (int k = 0; k < 10; ++k) launch();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(ms / 1e3 / 10);
-  }
+  for (auto _ : state)
+    state.SetIterationTime(time_between_events(e0, e1, nullptr, [&] { for (int k = 0; k < 10; ++k) launch(); }) / 1e3 / 10);
   if (cudaGetLastError() != cudaSuccess) state.SkipWithError("epilogue kernel launch failed");
   // compulsory traffic: x (+ residual) read once, (residual_out,) codes and scales written once, weight read once
   const double bytes = double(count) * 2 * (full ? 3 : 1) + double(count) / 2 + double(sfb) + (full ? cols * 2.0 : 0.0);
-  state.counters["GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["copy_rw_GBps"] = copy;
+  set_bandwidth_counters(state, bytes, copy);
   state.counters["bytes"] = bytes;
-  state.counters["vs_copy"] = benchmark::Counter(bytes / 1e9 / copy, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sms"] = sms;
   state.counters["kernel"] = static_cast<int>(kind);
   state.counters["in_flight"] = kind == epi_kernel::rows ? in_flight : 0;
@@ -151,19 +144,14 @@ void bench_codec(benchmark::State& state) {
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   for (auto _ : state) {
-    cudaEventRecord(e0);
-    for (int k = 0; k < 10; ++k) kernel::nvfp4_quantize<bf16><<<sms * 8, 256>>>(x, count, 448.0f, data, sc);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
+    const float ms = time_between_events(e0, e1, nullptr, [&] {
+      for (int k = 0; k < 10; ++k) kernel::nvfp4_quantize<bf16><<<sms * 8, 256>>>(x, count, 448.0f, data, sc);
+    });
     state.SetIterationTime(ms / 1e3 / 10);
   }
   if (cudaGetLastError() != cudaSuccess) state.SkipWithError("codec kernel failed");
   const double bytes = double(big) + count / 2.0 + count / 16.0;
-  state.counters["GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["copy_rw_GBps"] = copy;
-  state.counters["vs_copy"] = benchmark::Counter(bytes / 1e9 / copy, benchmark::Counter::kIsIterationInvariantRate);
+  set_bandwidth_counters(state, bytes, copy);
   cudaFree(x), cudaFree(data), cudaFree(sc);
 }
 
@@ -215,20 +203,14 @@ void bench_all_reduce(benchmark::State& state, int n, bool fp4_wire, std::size_t
   };
   std::uint64_t launched = 0;
   for (auto _ : state) {
-    cudaEventRecord(w.start, w.master);
-    for (int r = 0; r < n; ++r) cudaStreamWaitEvent(w.streams[r], w.start, 0);
-    for (int k = 0; k < per_iter; ++k)
-      for (int r = 0; r < n; ++r)
-        if (launch(r) != status::ok) state.SkipWithError(("launch failed: " + why + w.comms[r]->last_error()).c_str());
+    const float ms = time_between_events(w.start, w.stop, w.master, [&] {
+      rocenante_bench::fork_streams(w.start, w.streams);
+      for (int k = 0; k < per_iter; ++k)
+        for (int r = 0; r < n; ++r)
+          if (launch(r) != status::ok) state.SkipWithError(("launch failed: " + why + w.comms[r]->last_error()).c_str());
+      rocenante_bench::join_streams(w.master, w.streams, w.done);
+    });
     launched += per_iter;
-    for (int r = 0; r < n; ++r) {
-      cudaEventRecord(w.done[r], w.streams[r]);
-      cudaStreamWaitEvent(w.master, w.done[r], 0);
-    }
-    cudaEventRecord(w.stop, w.master);
-    cudaEventSynchronize(w.stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, w.start, w.stop);
     state.SetIterationTime(ms / 1e3 / per_iter);
   }
   for (int r = 0; r < n; ++r) {

@@ -84,15 +84,7 @@ __global__ void count_wrong(output_set outs, int checked, int n, std::uint64_t c
   unsigned long long mine = 0;
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
   for (std::uint64_t j = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < out_count; j += stride) {
-    T expect;
-    if (gather) {
-      expect = from_int<T>(input_value(seed, static_cast<int>(j / count), j % count));
-    } else {
-      int sum = 0;
-      for (int q = 0; q < n; ++q) sum += input_value(seed, q, j);
-      expect = from_int<T>(sum);
-    }
-    const unsigned want = bits_of(expect);
+    const unsigned want = bits_of(expected_value<T>(seed, n, count, j, gather));
     bool bad = false;
     for (int q = 0; q < checked; ++q) bad = bad || bits_of(static_cast<const T*>(outs.p[q])[j]) != want;
     mine += bad ? 1 : 0;

@@ -74,14 +74,7 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
     if (cfg.corrupt_rank == me) reinterpret_cast<unsigned char*>(out.data())[out_count * sizeof(T) - 1] ^= 1u;
     wrong_bits.assign((out_count + 7) / 8, 0);
     for (std::uint64_t j = 0; j < out_count; ++j) {
-      T expect;
-      if (gather) {
-        expect = from_int<T>(input_value(seed, static_cast<int>(j / count), j % count));
-      } else {
-        int sum = 0;
-        for (int q = 0; q < n; ++q) sum += input_value(seed, q, j);
-        expect = from_int<T>(sum);
-      }
+      const T expect = expected_value<T>(seed, n, count, j, gather);
       if (std::memcmp(&expect, &out[j], sizeof(T)) != 0) wrong_bits[j / 8] |= std::uint8_t(1u << (j % 8));
     }
   }

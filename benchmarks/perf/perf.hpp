@@ -167,6 +167,16 @@ ROCENANTE_HOST_DEVICE inline T from_int(int v) {
   return reduce::sum<T>::from_accum(static_cast<float>(v));
 }
 
+/// Element j of the exact output of an n-rank collective over input_value(seed, ...): the sum over ranks for an
+/// all-reduce, rank j / count's element j % count for an all-gather (`gather`) of `count` elements per rank.
+template <class T>
+ROCENANTE_HOST_DEVICE inline T expected_value(std::uint64_t seed, int n, std::uint64_t count, std::uint64_t j, bool gather) {
+  if (gather) return from_int<T>(input_value(seed, static_cast<int>(j / count), j % count));
+  int sum = 0;
+  for (int q = 0; q < n; ++q) sum += input_value(seed, q, j);
+  return from_int<T>(sum);
+}
+
 /// Sizes of the sweep: -b to -e, times -f or plus -i.
 inline std::vector<std::uint64_t> sweep_sizes(const config& c) {
   std::vector<std::uint64_t> sizes;

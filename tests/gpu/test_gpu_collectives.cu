@@ -20,19 +20,15 @@
 #include <thread>
 #include <vector>
 
+#include "../host/typed_cases.hpp"
+
 using namespace rocenante;
+using gtest::dev_buf;
+using gtest::gpu_rank;
+using gtest::pinned;
+using rtest::from_float;
 
 namespace {
-
-#define CUDA_REQUIRE(call) REQUIRE_EQ((call), cudaSuccess)
-
-template <class T>
-using sum_t = reduce::sum<T>;
-
-template <class T>
-T from_float(float f) {
-  return sum_t<T>::from_accum(f);
-}
 
 /// Deterministic input of rank `rank` for case `seed`: random values in [-1, 1) rounded to T.
 template <class T>
@@ -47,7 +43,7 @@ std::vector<T> make_input(std::size_t count, int rank, std::uint64_t seed) {
 /// The summation-order contract, written independently of the library's algorithm code.
 template <class T>
 std::vector<T> reference(algorithm::algo a, bool gather, const std::vector<std::vector<T>>& in) {
-  using R = sum_t<T>;
+  using R = reduce::sum<T>;
   const int n = static_cast<int>(in.size());
   const std::size_t count = in[0].size();
   std::vector<T> out(gather ? count * n : count);
@@ -72,31 +68,6 @@ inline bool no_launch_barrier() {
   const char* e = std::getenv("ROCENANTE_TEST_NO_LAUNCH_BARRIER");
   return e != nullptr && e[0] == '1';
 }
-
-struct gpu_rank {
-  cudaStream_t stream{};
-  gpu_rank() { cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); }
-  ~gpu_rank() { cudaStreamDestroy(stream); }
-};
-
-template <class T>
-struct dev_buf {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit dev_buf(std::size_t count) : n(count) { cudaMalloc(&p, count * sizeof(T) + 64); }
-  ~dev_buf() { cudaFree(p); }
-};
-
-/// Pinned host buffer (async copies from pageable memory may serialise ranks).
-template <class T>
-struct pinned {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit pinned(std::size_t count) : n(count) { cudaMallocHost(&p, count * sizeof(T) + 64); }
-  ~pinned() { cudaFreeHost(p); }
-  T& operator[](std::size_t i) { return p[i]; }
-  T* data() { return p; }
-};
 
 /// Run collective (algorithm a, gather or not) of `count` elements on `comm`; return the output bytes.
 template <class T, class Comm>
@@ -178,7 +149,7 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(opti
             if (!same) {
               std::lock_guard lock(mu);
               ++failures;
-              MESSAGE("mismatch: ranks=" << n << " type=" << std::string(sum_t<T>::name) << " bytes=" << bytes
+              MESSAGE("mismatch: ranks=" << n << " type=" << std::string(reduce::sum<T>::name) << " bytes=" << bytes
                                          << " algo=" << std::string(v.a == algorithm::algo::ring ? "ring" : "one_shot")
                                          << std::string(v.gather ? " all_gather" : " all_reduce") << " rank=" << q);
             }
@@ -197,6 +168,20 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(opti
   CHECK(failures == 0);
 }
 
+/// Runs `sweeps()` and CHECKs that its one-shot all-reduces launched every kernel variant the communicator picks by
+/// size: the decode-size kernels (packets + flag at 4 and 8 ranks, LL at 2) and the bulk-only kernel (parts of more
+/// packets than a CTA has threads). The all-purpose kernel serves the in-kernel API (examples/01_user_kernel.cu
+/// runs it).
+template <class Sweeps>
+void covers_sweep_paths(Sweeps sweeps) {
+  paths_seen.clear();
+  sweeps();
+  for (auto p : {kernel::reduce_path::small, kernel::reduce_path::small_ll, kernel::reduce_path::bulk}) {
+    CAPTURE(static_cast<int>(p));
+    CHECK(paths_seen.count(p) == 1);
+  }
+}
+
 const std::vector<std::size_t> sizes_f32 = {16, 28, 48, 1004, 49152, (1u << 20) + 4, 64u << 20};
 const std::vector<std::size_t> sizes_16 = {16, 26, 48, 1002, 49152, (1u << 20) + 2, 64u << 20};
 
@@ -213,40 +198,26 @@ TEST_SUITE("gpu.collectives") {
     // (reduce::load_user / store_user) under the sanitizer too.
     sweep<__nv_bfloat16>(1, {26, 49152, (1u << 20) + 2}, no_tweak, all_shift);
   }
-  // Each sweep covers the one-shot kernel variants the communicator launches: the decode-size kernels (packets +
-  // flag at 4 and 8 ranks, LL at 2) and the bulk-only kernel (parts of more packets than a CTA has threads). The
-  // all-purpose kernel serves the in-kernel API (examples/01_user_kernel.cu runs it).
-  const std::set<kernel::reduce_path> sweep_paths = {kernel::reduce_path::small, kernel::reduce_path::small_ll,
-                                                     kernel::reduce_path::bulk};
-  TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: fp32") {
-    paths_seen.clear();
-    for (int n : {2, 4, 8}) sweep<float>(n, sizes_f32);
-    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
-  }
-  TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: fp16") {
-    paths_seen.clear();
-    for (int n : {2, 4, 8}) sweep<__half>(n, sizes_16);
-    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
-  }
-  TEST_CASE("every algorithm matches the CPU reference bit for bit and is identical on every rank: bf16") {
-    paths_seen.clear();
-    for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, sizes_16);
-    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
+  TEST_CASE_TEMPLATE("every algorithm matches the CPU reference bit for bit and is identical on every rank", T, float,
+                     __half, __nv_bfloat16) {
+    covers_sweep_paths([] {
+      for (int n : {2, 4, 8}) sweep<T>(n, std::is_same_v<T, float> ? sizes_f32 : sizes_16);
+    });
   }
   TEST_CASE("misaligned inputs and outputs, a different offset on each rank, are served by every kernel and match the reference") {
     // Never declined, never a rank-dependent path: each kernel loads and stores a misaligned packet byte by byte.
-    paths_seen.clear();
-    for (int n : {2, 4}) sweep<__nv_bfloat16>(n, {26, 49152, (1u << 20) + 2}, no_tweak, rank_shift);
-    for (int n : {2, 4}) sweep<float>(n, {28, 49152, (1u << 20) + 4}, no_tweak, rank_shift);
-    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
+    covers_sweep_paths([] {
+      for (int n : {2, 4}) sweep<__nv_bfloat16>(n, {26, 49152, (1u << 20) + 2}, no_tweak, rank_shift);
+      for (int n : {2, 4}) sweep<float>(n, {28, 49152, (1u << 20) + 4}, no_tweak, rank_shift);
+    });
   }
   TEST_CASE("in-place all-reduces (output = input) match the reference on every kernel, aligned and misaligned") {
     // The own contribution is read from the input while the output is written: one_shot reads a packet before
     // storing it; ring stores into chunks it has finished reading (algorithm/one_shot.hpp, ring.hpp).
-    paths_seen.clear();
-    for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, sizes_16, no_tweak, no_shift, true);
-    for (int n : {2, 4}) sweep<float>(n, {28, 49152, (1u << 20) + 4}, no_tweak, rank_shift, true);
-    for (auto p : sweep_paths) CHECK(paths_seen.count(p) == 1);
+    covers_sweep_paths([] {
+      for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, sizes_16, no_tweak, no_shift, true);
+      for (int n : {2, 4}) sweep<float>(n, {28, 49152, (1u << 20) + 4}, no_tweak, rank_shift, true);
+    });
   }
 }
 
@@ -425,7 +396,7 @@ TEST_SUITE("gpu.epilogue") {
         b.barrier();
       });
       // reference: the algorithm's summation order, then (sum + residual) * 0.5 in fp32, rounded once
-      using R = sum_t<T>;
+      using R = reduce::sum<T>;
       const std::size_t lanes = 8, packets = (count + lanes - 1) / lanes, k = (packets + n - 1) / n;
       for (std::size_t i = 0; i < count; ++i) {
         const int first = algo == algorithm::algo::ring ? static_cast<int>((i / lanes) / k) : 0;
@@ -439,6 +410,61 @@ TEST_SUITE("gpu.epilogue") {
     CHECK(bad.load() == 0);
   }
 }
+
+namespace {
+/// One rank's four collectives of T captured in one graph, in this order: a one_shot all-reduce of count[0], an
+/// all-gather of count[1], a ring all-reduce of count[2] and a one_shot all-reduce of count[3] (different sizes:
+/// different CTA counts). Device inputs and outputs and their pinned host copies are allocated at construction,
+/// before the rank's barrier; the graph objects are destroyed with it.
+template <class T>
+struct four_collectives {
+  int n;
+  std::size_t count[4];
+  std::vector<dev_buf<T>> in, out;
+  std::vector<pinned<T>> host_in, host_out;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  four_collectives(int ranks, std::size_t c0, std::size_t c1, std::size_t c2, std::size_t c3) : n(ranks), count{c0, c1, c2, c3} {
+    for (int k = 0; k < 4; ++k) {
+      in.emplace_back(count[k]);
+      out.emplace_back(out_count(k));
+      host_in.emplace_back(count[k]);
+      host_out.emplace_back(out_count(k));
+    }
+  }
+  ~four_collectives() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  std::size_t out_count(int k) const { return k == 1 ? count[1] * n : count[k]; }
+
+  /// Captures the four collectives, then `more(stream)`, from `stream` into the graph and instantiates it.
+  template <class Comm, class More>
+  void capture(Comm& comm, cudaStream_t stream, More more) {
+    CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    REQUIRE(comm.all_reduce(in[0].p, out[0].p, count[0], stream) == status::ok);
+    REQUIRE(comm.all_gather(in[1].p, out[1].p, count[1], stream) == status::ok);
+    REQUIRE(comm.template all_reduce<algorithm::ring>(in[2].p, out[2].p, count[2], stream) == status::ok);
+    REQUIRE(comm.all_reduce(in[3].p, out[3].p, count[3], stream) == status::ok);
+    more(stream);
+    CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+    CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  /// Fills input k with fill(k, i) for every element i.
+  template <class Fill>
+  void fill_inputs(Fill fill) {
+    for (int k = 0; k < 4; ++k)
+      for (std::size_t i = 0; i < count[k]; ++i) host_in[k][i] = fill(k, i);
+  }
+  void upload(cudaStream_t s) {
+    for (int k = 0; k < 4; ++k) cudaMemcpyAsync(in[k].p, host_in[k].data(), count[k] * sizeof(T), cudaMemcpyHostToDevice, s);
+  }
+  void download(cudaStream_t s) {
+    for (int k = 0; k < 4; ++k) cudaMemcpyAsync(host_out[k].data(), out[k].p, out_count(k) * sizeof(T), cudaMemcpyDeviceToHost, s);
+  }
+};
+}  // namespace
 
 /// Lets the kernel after it launch at once (programmatic dependent launch), waits `hold_ns`, then writes
 /// in[i] = value + i % 7: a collective that read its input before its wait for this kernel would see the old values.
@@ -520,55 +546,33 @@ TEST_SUITE("gpu.graph") {
     o.capacity_bytes = 1 << 20;
     o.timeout_ns = 5'000'000'000ull;
     using T = __nv_bfloat16;
-    // counts chosen for different CTA counts: 1, 4 and 16 parts
-    const std::size_t c1 = 1000, c2 = 8192, c3 = 40000 + 3, c4 = 300;
     std::atomic<int> failures{0};
     host::spawn_ranks(n, [&](bootstrap::in_process& b) {
       const int r = b.rank();
       gpu::communicator<> comm(b, o);
       comm.set_programmatic_launch(pdl);
       gpu_rank gr;
-      dev_buf<T> i1(c1), o1(c1), i2(c2), o2(c2 * n), i3(c3), o3(c3), i4(c4), o4(c4);
-      cudaGraph_t graph;
-      CUDA_REQUIRE(cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal));
-      REQUIRE(comm.all_reduce(i1.p, o1.p, c1, gr.stream) == status::ok);
-      REQUIRE(comm.all_gather(i2.p, o2.p, c2, gr.stream) == status::ok);
-      REQUIRE(comm.all_reduce<algorithm::ring>(i3.p, o3.p, c3, gr.stream) == status::ok);
-      REQUIRE(comm.all_reduce(i4.p, o4.p, c4, gr.stream) == status::ok);
-      CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
-      cudaGraphExec_t exec;
-      CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-      pinned<T> h1(c1), h2(c2), h3(c3), h4(c4), g1(c1), g2(c2 * n), g3(c3), g4(c4);
+      four_collectives<T> f(n, 1000, 8192, 40000 + 3, 300);  // counts for different CTA counts: 1, 4 and 16 parts
+      f.capture(comm, gr.stream, [](cudaStream_t) {});
       b.barrier();  // no device-synchronising call from here on
       // small integers: every sum is exact, so the expected value is known in closed form
       auto val = [](int rank, int rep, std::size_t i) { return float((rank + 1) * (rep % 5 + 1) + int(i % 7)); };
+      auto total = [&](int rep, std::size_t i) { float s = 0; for (int q = 0; q < n; ++q) s += val(q, rep, i); return s; };
       int bad = 0;
       for (int rep = 0; rep < 1000; ++rep) {
-        for (std::size_t i = 0; i < c1; ++i) h1[i] = from_float<T>(val(r, rep, i));
-        for (std::size_t i = 0; i < c2; ++i) h2[i] = from_float<T>(val(r, rep + 1, i));
-        for (std::size_t i = 0; i < c3; ++i) h3[i] = from_float<T>(val(r, rep + 2, i));
-        for (std::size_t i = 0; i < c4; ++i) h4[i] = from_float<T>(val(r, rep + 3, i));
-        cudaMemcpyAsync(i1.p, h1.data(), c1 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
-        cudaMemcpyAsync(i2.p, h2.data(), c2 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
-        cudaMemcpyAsync(i3.p, h3.data(), c3 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
-        cudaMemcpyAsync(i4.p, h4.data(), c4 * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
-        cudaGraphLaunch(exec, gr.stream);
-        cudaMemcpyAsync(g1.data(), o1.p, c1 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
-        cudaMemcpyAsync(g2.data(), o2.p, c2 * n * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
-        cudaMemcpyAsync(g3.data(), o3.p, c3 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
-        cudaMemcpyAsync(g4.data(), o4.p, c4 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        // collective k of replay rep takes the values of rep + k
+        f.fill_inputs([&](int k, std::size_t i) { return from_float<T>(val(r, rep + k, i)); });
+        f.upload(gr.stream);
+        cudaGraphLaunch(f.exec, gr.stream);
+        f.download(gr.stream);
         if (cudaStreamSynchronize(gr.stream) != cudaSuccess) { ++bad; break; }
-        auto total = [&](int rep2, std::size_t i) { float s = 0; for (int q = 0; q < n; ++q) s += val(q, rep2, i); return s; };
-        for (std::size_t i = 0; i < c1; ++i) bad += __bfloat162float(g1[i]) != total(rep, i);
+        for (int k : {0, 2, 3})
+          for (std::size_t i = 0; i < f.count[k]; ++i) bad += __bfloat162float(f.host_out[k][i]) != total(rep + k, i);
         for (int q = 0; q < n; ++q)
-          for (std::size_t i = 0; i < c2; ++i) bad += __bfloat162float(g2[q * c2 + i]) != val(q, rep + 1, i);
-        for (std::size_t i = 0; i < c3; ++i) bad += __bfloat162float(g3[i]) != total(rep + 2, i);
-        for (std::size_t i = 0; i < c4; ++i) bad += __bfloat162float(g4[i]) != total(rep + 3, i);
+          for (std::size_t i = 0; i < f.count[1]; ++i) bad += __bfloat162float(f.host_out[1][q * f.count[1] + i]) != val(q, rep + 1, i);
         if (bad) { MESSAGE("rank " << r << " replay " << rep << ": " << bad << " wrong; " << comm.check_health().message); break; }
       }
       failures += bad;
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
       CHECK(comm.check_health().ok());
     });
     CHECK(failures.load() == 0);
@@ -587,63 +591,45 @@ TEST_SUITE("gpu.graph") {
     o.capacity_bytes = 1 << 20;
     o.timeout_ns = 300'000'000ull;  // 300 ms
     using T = __nv_bfloat16;
-    // decode-size (small kernel), all-gather, ring, and a bulk one-shot: every kernel variant's failure path
-    const std::size_t c1 = 1000, c2 = 2048, c3 = 40000 + 3, c4 = 100000;
     const std::uint16_t nan_bits = 0x7fc0;
     std::atomic<int> bad{0};
     host::spawn_ranks(n, [&](bootstrap::in_process& b) {
       const int r = b.rank();
       gpu::communicator<> comm(b, o);
       gpu_rank gr;
-      dev_buf<T> i1(c1), o1(c1), i2(c2), o2(c2 * n), i3(c3), o3(c3), i4(c4), o4(c4);
+      // decode-size (small kernel), all-gather, ring, and a bulk one-shot: every kernel variant's failure path
+      four_collectives<T> f(n, 1000, 2048, 40000 + 3, 100000);
       dev_buf<std::uint64_t> in_graph(1);
-      pinned<T> h1(c1), h2(c2), h3(c3), h4(c4), g1(c1), g2(c2 * n), g3(c3), g4(c4);
       pinned<std::uint64_t> seen(1);
-      for (std::size_t i = 0; i < c1; ++i) h1[i] = from_float<T>(float(r + 1));
-      for (std::size_t i = 0; i < c2; ++i) h2[i] = from_float<T>(float(r + 1));
-      for (std::size_t i = 0; i < c3; ++i) h3[i] = from_float<T>(float(r + 1));
-      for (std::size_t i = 0; i < c4; ++i) h4[i] = from_float<T>(float(r + 1));
-      cudaMemcpy(i1.p, h1.data(), c1 * sizeof(T), cudaMemcpyHostToDevice);
-      cudaMemcpy(i2.p, h2.data(), c2 * sizeof(T), cudaMemcpyHostToDevice);
-      cudaMemcpy(i3.p, h3.data(), c3 * sizeof(T), cudaMemcpyHostToDevice);
-      cudaMemcpy(i4.p, h4.data(), c4 * sizeof(T), cudaMemcpyHostToDevice);
+      f.fill_inputs([&](int, std::size_t) { return from_float<T>(float(r + 1)); });
+      f.upload(gr.stream);
+      cudaStreamSynchronize(gr.stream);
       cudaDeviceSynchronize();
       b.barrier();  // every rank's set-up copies done before any rank captures
-      cudaGraph_t graph;
-      CUDA_REQUIRE(cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal));
-      REQUIRE(comm.all_reduce(i1.p, o1.p, c1, gr.stream) == status::ok);
-      REQUIRE(comm.all_gather(i2.p, o2.p, c2, gr.stream) == status::ok);
-      REQUIRE(comm.all_reduce<algorithm::ring>(i3.p, o3.p, c3, gr.stream) == status::ok);
-      REQUIRE(comm.all_reduce(i4.p, o4.p, c4, gr.stream) == status::ok);
-      read_failures<<<1, 1, 0, gr.stream>>>(comm.device_context().state, in_graph.p);
-      CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
-      cudaGraphExec_t exec;
-      CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+      f.capture(comm, gr.stream, [&](cudaStream_t s) { read_failures<<<1, 1, 0, s>>>(comm.device_context().state, in_graph.p); });
       b.barrier();  // no device-synchronising call from here on
       auto replay = [&] {
-        cudaGraphLaunch(exec, gr.stream);
-        cudaMemcpyAsync(g1.data(), o1.p, c1 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
-        cudaMemcpyAsync(g2.data(), o2.p, c2 * n * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
-        cudaMemcpyAsync(g3.data(), o3.p, c3 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
-        cudaMemcpyAsync(g4.data(), o4.p, c4 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaGraphLaunch(f.exec, gr.stream);
+        f.download(gr.stream);
         cudaMemcpyAsync(seen.data(), in_graph.p, sizeof(std::uint64_t), cudaMemcpyDeviceToHost, gr.stream);
         return cudaStreamSynchronize(gr.stream) == cudaSuccess;
       };
-      auto count_nan = [&](pinned<T>& g, std::size_t len) {
-        std::size_t k = 0;
-        for (std::size_t i = 0; i < len; ++i) {
+      auto count_nan = [&](int k) {
+        std::size_t nan = 0;
+        for (std::size_t i = 0; i < f.out_count(k); ++i) {
           std::uint16_t u;
-          std::memcpy(&u, &g[i], 2);
-          k += u == nan_bits;
+          std::memcpy(&u, &f.host_out[k][i], 2);
+          nan += u == nan_bits;
         }
-        return k;
+        return nan;
       };
+      const std::size_t c1 = f.count[0], c2 = f.count[1], c3 = f.count[2], c4 = f.count[3];
       // Three good replays on every rank: the outputs then hold valid sums (the "previous values").
       const float total = float(n * (n + 1) / 2);
       for (int rep = 0; rep < 3; ++rep) {
         if (!replay()) ++bad;
-        if (__bfloat162float(g1[0]) != total || __bfloat162float(g3[c3 - 1]) != total ||
-            __bfloat162float(g4[c4 / 2]) != total || __bfloat162float(g2[(n - 1) * c2]) != float(n))
+        if (__bfloat162float(f.host_out[0][0]) != total || __bfloat162float(f.host_out[2][c3 - 1]) != total ||
+            __bfloat162float(f.host_out[3][c4 / 2]) != total || __bfloat162float(f.host_out[1][(n - 1) * c2]) != float(n))
           ++bad;
       }
       if (comm.failures() != 0 || seen[0] != 0) ++bad;
@@ -651,26 +637,24 @@ TEST_SUITE("gpu.graph") {
       if (r != dead) {
         for (int rep = 1; rep <= 2; ++rep) {
           if (!replay()) ++bad;  // the kernels end by themselves (bounded waits), poisoned or not
-          const std::size_t nan = count_nan(g1, c1) + count_nan(g2, c2 * n) + count_nan(g3, c3) + count_nan(g4, c4);
+          const std::size_t nan = count_nan(0) + count_nan(1) + count_nan(2) + count_nan(3);
           const std::size_t all = c1 + c2 * n + c3 + c4;
-          const std::uint64_t f = comm.failures();
+          const std::uint64_t failed = comm.failures();
           MESSAGE("rank " << r << " replay " << rep << " after the peer stopped: " << nan << " of " << all
-                          << " outputs NaN, failures " << f << " (in the graph: " << seen[0] << ")");
+                          << " outputs NaN, failures " << failed << " (in the graph: " << seen[0] << ")");
           if (nan != all) ++bad;
-          if (f != std::uint64_t(4 * rep) || seen[0] != f) ++bad;  // four collectives per replay
+          if (failed != std::uint64_t(4 * rep) || seen[0] != failed) ++bad;  // four collectives per replay
         }
         const host::health h = comm.check_health();
         if (h.ok() || h.failure.peer != dead || h.message.find("rank " + std::to_string(dead)) == std::string::npos) ++bad;
         // An eager call on the poisoned communicator is refused, and still fills its output and counts.
-        cudaMemsetAsync(o1.p, 0, c1 * sizeof(T), gr.stream);
-        if (comm.all_reduce(i1.p, o1.p, c1, gr.stream) != status::poisoned) ++bad;
-        cudaMemcpyAsync(g1.data(), o1.p, c1 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+        cudaMemsetAsync(f.out[0].p, 0, c1 * sizeof(T), gr.stream);
+        if (comm.all_reduce(f.in[0].p, f.out[0].p, c1, gr.stream) != status::poisoned) ++bad;
+        cudaMemcpyAsync(f.host_out[0].data(), f.out[0].p, c1 * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
         if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;
-        if (count_nan(g1, c1) != c1 || comm.failures() != 9) ++bad;
+        if (count_nan(0) != c1 || comm.failures() != 9) ++bad;
       }
       b.barrier();
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
     });
     CHECK(bad.load() == 0);
   }

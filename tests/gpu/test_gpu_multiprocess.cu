@@ -41,11 +41,10 @@
 #include <rocenante/gpu/select.hpp>
 
 #include "../host/processes.hpp"
+#include "gpu_test.hpp"
 
 using namespace rocenante;
-using rtest::all_output;
-using rtest::fnv;
-using rtest::run_world;
+using namespace rtest;
 
 namespace {
 
@@ -53,18 +52,6 @@ namespace {
 
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-/// Inputs whose sums are exact in every dtype and every summation order: small integers in [-6, 6].
-template <class T>
-T input(int rank, std::size_t i, int round) {
-  return reduce::sum<T>::from_accum(static_cast<float>((rank * 5 + static_cast<int>(i % 11) + round) % 13 - 6));
-}
-template <class T>
-float expected_sum(int n, std::size_t i, int round) {
-  float s = 0;
-  for (int q = 0; q < n; ++q) s += reduce::sum<T>::to_accum(input<T>(q, i, round));
-  return s;
 }
 
 /// What a call runs: a named algorithm, the configured one (ROCENANTE_ALGO, auto by size), or an all-gather.
@@ -88,21 +75,6 @@ status launch(gpu::selected_communicator& c, op k, const T* in, T* out, std::siz
     case op::gather: return c.all_gather(in, out, count, s);
   }
   return status::internal;
-}
-
-/// Checks the `out_count` elements of a call's output at `got` against the reference; empty or what was wrong.
-template <class T>
-std::string verify(const T* got, op k, int n, std::size_t count, int round) {
-  const std::size_t out_count = k == op::gather ? count * static_cast<std::size_t>(n) : count;
-  for (std::size_t i = 0; i < out_count; ++i) {
-    const float want = k == op::gather ? reduce::sum<T>::to_accum(input<T>(static_cast<int>(i / count), i % count, round))
-                                       : expected_sum<T>(n, i, round);
-    const float have = reduce::sum<T>::to_accum(got[i]);
-    if (have != want)  // NaN (the 0xff poison: an element never written) fails too
-      return "element " + std::to_string(i) + " of " + std::to_string(out_count) + " is " + std::to_string(have) +
-             ", expected " + std::to_string(want);
-  }
-  return {};
 }
 
 /// Device and pinned host buffers of one rank, allocated before the communicator exists: after set-up a rank
@@ -135,7 +107,7 @@ std::string one_call(gpu::selected_communicator& c, rank_buffers& b, op k, std::
   const std::size_t out_count = k == op::gather ? count * static_cast<std::size_t>(n) : count;
   T* hin = static_cast<T*>(b.hin);
   T* hout = static_cast<T*>(b.hout);
-  for (std::size_t i = 0; i < count; ++i) hin[i] = input<T>(me, i, round);
+  for (std::size_t i = 0; i < count; ++i) hin[i] = exact_input<T>(me, i, round);
   cudaMemcpyAsync(b.din, hin, count * sizeof(T), cudaMemcpyHostToDevice, b.stream);
   cudaMemsetAsync(b.dout, 0xff, out_count * sizeof(T), b.stream);  // poison: every element must be written
   const status st = launch<T>(c, k, static_cast<const T*>(b.din), static_cast<T*>(b.dout), count, b.stream);
@@ -144,7 +116,7 @@ std::string one_call(gpu::selected_communicator& c, rank_buffers& b, op k, std::
   if (const cudaError_t e = cudaStreamSynchronize(b.stream); e != cudaSuccess)
     return std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e);
   if (const host::health h = c.check_health(); !h.ok()) return "health: " + h.message;
-  if (std::string w = verify<T>(hout, k, n, count, round); !w.empty()) return w;
+  if (std::string w = check_exact(hout, n, count, round, k == op::gather); !w.empty()) return w;
   hash = fnv(hout, out_count * sizeof(T), hash);
   return {};
 }
@@ -252,10 +224,10 @@ std::string graph_replay(gpu::selected_communicator& c, graph_buffers& g, cudaSt
   const std::size_t out_bytes[4] = {gb::c_bf16 * 2, gb::c_ring * 4, gb::c_gather * 2 * static_cast<std::size_t>(n), gb::c_small * 4};
   for (int rep = 0; rep < replays && why.empty(); ++rep) {
     const int round = 5000 + rep * 4;  // a different input for each collective and replay
-    for (std::size_t i = 0; i < gb::c_bf16; ++i) static_cast<__nv_bfloat16*>(g.hin[0])[i] = input<__nv_bfloat16>(me, i, round);
-    for (std::size_t i = 0; i < gb::c_ring; ++i) static_cast<float*>(g.hin[1])[i] = input<float>(me, i, round + 1);
-    for (std::size_t i = 0; i < gb::c_gather; ++i) static_cast<__half*>(g.hin[2])[i] = input<__half>(me, i, round + 2);
-    for (std::size_t i = 0; i < gb::c_small; ++i) static_cast<float*>(g.hin[3])[i] = input<float>(me, i, round + 3);
+    for (std::size_t i = 0; i < gb::c_bf16; ++i) static_cast<__nv_bfloat16*>(g.hin[0])[i] = exact_input<__nv_bfloat16>(me, i, round);
+    for (std::size_t i = 0; i < gb::c_ring; ++i) static_cast<float*>(g.hin[1])[i] = exact_input<float>(me, i, round + 1);
+    for (std::size_t i = 0; i < gb::c_gather; ++i) static_cast<__half*>(g.hin[2])[i] = exact_input<__half>(me, i, round + 2);
+    for (std::size_t i = 0; i < gb::c_small; ++i) static_cast<float*>(g.hin[3])[i] = exact_input<float>(me, i, round + 3);
     for (int j = 0; j < 4; ++j) {
       cudaMemcpyAsync(g.in[j], g.hin[j], in_bytes[j], cudaMemcpyHostToDevice, s);
       cudaMemsetAsync(g.out[j], 0xff, out_bytes[j], s);
@@ -273,10 +245,10 @@ std::string graph_replay(gpu::selected_communicator& c, graph_buffers& g, cudaSt
       why = "health: " + h.message;
       break;
     }
-    std::string w = verify<__nv_bfloat16>(static_cast<__nv_bfloat16*>(g.hout[0]), op::automatic, n, gb::c_bf16, round);
-    if (w.empty()) w = verify<float>(static_cast<float*>(g.hout[1]), op::ring, n, gb::c_ring, round + 1);
-    if (w.empty()) w = verify<__half>(static_cast<__half*>(g.hout[2]), op::gather, n, gb::c_gather, round + 2);
-    if (w.empty()) w = verify<float>(static_cast<float*>(g.hout[3]), op::one_shot, n, gb::c_small, round + 3);
+    std::string w = check_exact(static_cast<__nv_bfloat16*>(g.hout[0]), n, gb::c_bf16, round, false);
+    if (w.empty()) w = check_exact(static_cast<float*>(g.hout[1]), n, gb::c_ring, round + 1, false);
+    if (w.empty()) w = check_exact(static_cast<__half*>(g.hout[2]), n, gb::c_gather, round + 2, true);
+    if (w.empty()) w = check_exact(static_cast<float*>(g.hout[3]), n, gb::c_small, round + 3, false);
     if (!w.empty()) why = "replay " + std::to_string(rep) + ": " + w;
     for (int j = 0; j < 4 && why.empty(); ++j) hash = fnv(g.hout[j], out_bytes[j], hash);
   }
@@ -382,16 +354,11 @@ int rank_kill() {
 
 /// Whether this machine has a usable GPU (run in a child: the parent stays CUDA-free). 0: yes; 77: no.
 int rank_probe() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    std::printf("no usable CUDA GPU on this machine (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  if (const std::string why = gtest::no_gpu_reason(); !why.empty()) {
+    std::printf("%s\n", why.c_str());
     return 77;
   }
-  cudaDeviceProp p{};
-  cudaGetDeviceProperties(&p, 0);
-  std::printf("GPU: %s (sm_%d%d, %d SMs), %d device(s); every rank runs on device 0\n", p.name, p.major, p.minor,
-              p.multiProcessorCount, count);
+  std::printf("GPU: %s; every rank runs on device 0\n", gtest::gpu_line().c_str());
   return 0;
 }
 
@@ -400,16 +367,7 @@ int rank_main(const std::string& scenario) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // A lazy kernel load can wait for running kernels (docs/api.md §5); before the first CUDA call.
   ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-  try {
-    if (scenario == "probe") return rank_probe();
-    if (scenario == "world") return rank_world();
-    if (scenario == "kill") return rank_kill();
-  } catch (const std::exception& e) {
-    std::printf("exception=%s\n", e.what());
-    return 2;
-  }
-  std::printf("unknown scenario %s\n", scenario.c_str());
-  return 64;
+  return run_scenario(scenario, {{"probe", rank_probe}, {"world", rank_world}, {"kill", rank_kill}});
 }
 
 // ---- the parent -----------------------------------------------------------------------------------------------

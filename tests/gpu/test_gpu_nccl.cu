@@ -11,8 +11,7 @@
 //   ninja -C build-h200-nccl -j16 tests/gpu/test_gpu_nccl
 //   ROCENANTE_DEBUG=INFO timeout 60 build-h200-nccl/tests/gpu/test_gpu_nccl 2>&1 | tee test_gpu_nccl.log
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <cuda_runtime.h>
-#include <doctest/doctest.h>
+#include "gpu_test.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,45 +25,37 @@
 #include <rocenante/host/select.hpp>
 #include <rocenante/transport/nccl.hpp>
 
-using namespace rocenante;
+#include "../host/common.hpp"
 
-#define CHECK_CUDA(call) REQUIRE_MESSAGE((call) == cudaSuccess, #call)
+using namespace rocenante;
+using rtest::random_input;
 
 namespace {
-
-template <class T>
-std::vector<T> seeded(std::size_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(-4.0f, 4.0f);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(d(g));
-  return v;
-}
 
 /// One rank: all_reduce (out of place and in place) and all_gather of `count` T, compared bit for bit with the
 /// input (a world of one sums one contribution and gathers one block).
 template <class T>
 void round_trip(transport::nccl& t, std::size_t count, cudaStream_t s) {
-  const std::vector<T> in = seeded<T>(count, static_cast<unsigned>(count));
+  const std::vector<T> in = random_input<T>(count, static_cast<std::uint32_t>(count));
   std::vector<T> out(count);
   T *din = nullptr, *dout = nullptr;
-  CHECK_CUDA(cudaMalloc(&din, count * sizeof(T)));
-  CHECK_CUDA(cudaMalloc(&dout, count * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(din, in.data(), count * sizeof(T), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemset(dout, 0xff, count * sizeof(T)));
+  CUDA_REQUIRE(cudaMalloc(&din, count * sizeof(T)));
+  CUDA_REQUIRE(cudaMalloc(&dout, count * sizeof(T)));
+  CUDA_REQUIRE(cudaMemcpy(din, in.data(), count * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_REQUIRE(cudaMemset(dout, 0xff, count * sizeof(T)));
   REQUIRE(t.all_reduce(din, dout, count, s) == status::ok);
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  CHECK_CUDA(cudaMemcpy(out.data(), dout, count * sizeof(T), cudaMemcpyDeviceToHost));
+  CUDA_REQUIRE(cudaStreamSynchronize(s));
+  CUDA_REQUIRE(cudaMemcpy(out.data(), dout, count * sizeof(T), cudaMemcpyDeviceToHost));
   CHECK(std::memcmp(out.data(), in.data(), count * sizeof(T)) == 0);
   REQUIRE(t.all_reduce(din, din, count, s) == status::ok);  // in place
-  CHECK_CUDA(cudaMemset(dout, 0xff, count * sizeof(T)));
+  CUDA_REQUIRE(cudaMemset(dout, 0xff, count * sizeof(T)));
   REQUIRE(t.all_gather(din, dout, count, s) == status::ok);
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  CHECK_CUDA(cudaMemcpy(out.data(), dout, count * sizeof(T), cudaMemcpyDeviceToHost));
+  CUDA_REQUIRE(cudaStreamSynchronize(s));
+  CUDA_REQUIRE(cudaMemcpy(out.data(), dout, count * sizeof(T), cudaMemcpyDeviceToHost));
   CHECK(std::memcmp(out.data(), in.data(), count * sizeof(T)) == 0);
   CHECK(t.check_health().ok());
-  CHECK_CUDA(cudaFree(din));
-  CHECK_CUDA(cudaFree(dout));
+  CUDA_REQUIRE(cudaFree(din));
+  CUDA_REQUIRE(cudaFree(dout));
 }
 
 }  // namespace
@@ -102,65 +93,62 @@ TEST_SUITE("gpu.nccl") {
   }
 
   TEST_CASE("world of one: all_reduce and all_gather through NCCL on the caller's stream return the input, bit for bit") {
-    CHECK_CUDA(cudaSetDevice(0));
+    CUDA_REQUIRE(cudaSetDevice(0));
     bootstrap::in_process_world world(1);
     bootstrap::in_process boot(world, 0);
     transport::nccl t(boot);
     std::printf("NCCL %s, rank %d of %d\n", t.library().version_string().c_str(), t.rank(), t.size());
     cudaStream_t s;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{4099}, std::size_t{1} << 20}) {
       round_trip<float>(t, count, s);
       round_trip<__half>(t, count, s);
       round_trip<__nv_bfloat16>(t, count, s);
     }
-    CHECK_CUDA(cudaStreamDestroy(s));
+    CUDA_REQUIRE(cudaStreamDestroy(s));
   }
 
   TEST_CASE("world of one: an all_reduce captured in a CUDA graph follows new input on every replay") {
-    CHECK_CUDA(cudaSetDevice(0));
+    CUDA_REQUIRE(cudaSetDevice(0));
     bootstrap::in_process_world world(1);
     bootstrap::in_process boot(world, 0);
     transport::nccl t(boot);
     cudaStream_t s;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const std::size_t count = 24576;  // 48 KiB of bf16, the decode size
     __nv_bfloat16 *din = nullptr, *dout = nullptr;
-    CHECK_CUDA(cudaMalloc(&din, count * sizeof(__nv_bfloat16)));
-    CHECK_CUDA(cudaMalloc(&dout, count * sizeof(__nv_bfloat16)));
+    CUDA_REQUIRE(cudaMalloc(&din, count * sizeof(__nv_bfloat16)));
+    CUDA_REQUIRE(cudaMalloc(&dout, count * sizeof(__nv_bfloat16)));
     REQUIRE(t.all_reduce(din, dout, count, s) == status::ok);  // NCCL's first call outside capture (its set-up)
-    CHECK_CUDA(cudaStreamSynchronize(s));
+    CUDA_REQUIRE(cudaStreamSynchronize(s));
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CUDA_REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     const status captured = t.all_reduce(din, dout, count, s);
-    CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    CUDA_REQUIRE(cudaStreamEndCapture(s, &g));
     REQUIRE(captured == status::ok);
-    CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    CUDA_REQUIRE(cudaGraphInstantiate(&ge, g, 0));
     std::vector<__nv_bfloat16> out(count);
     for (unsigned replay = 0; replay < 20; ++replay) {
-      const auto in = seeded<__nv_bfloat16>(count, 1000 + replay);
-      CHECK_CUDA(cudaMemcpyAsync(din, in.data(), count * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, s));
-      CHECK_CUDA(cudaGraphLaunch(ge, s));
-      CHECK_CUDA(cudaMemcpyAsync(out.data(), dout, count * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, s));
-      CHECK_CUDA(cudaStreamSynchronize(s));
+      const auto in = random_input<__nv_bfloat16>(count, 1000 + replay);
+      CUDA_REQUIRE(cudaMemcpyAsync(din, in.data(), count * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, s));
+      CUDA_REQUIRE(cudaGraphLaunch(ge, s));
+      CUDA_REQUIRE(cudaMemcpyAsync(out.data(), dout, count * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, s));
+      CUDA_REQUIRE(cudaStreamSynchronize(s));
       CHECK(std::memcmp(out.data(), in.data(), count * sizeof(__nv_bfloat16)) == 0);
     }
     CHECK(t.check_health().ok());
-    CHECK_CUDA(cudaGraphExecDestroy(ge));
-    CHECK_CUDA(cudaGraphDestroy(g));
-    CHECK_CUDA(cudaFree(din));
-    CHECK_CUDA(cudaFree(dout));
-    CHECK_CUDA(cudaStreamDestroy(s));
+    CUDA_REQUIRE(cudaGraphExecDestroy(ge));
+    CUDA_REQUIRE(cudaGraphDestroy(g));
+    CUDA_REQUIRE(cudaFree(din));
+    CUDA_REQUIRE(cudaFree(dout));
+    CUDA_REQUIRE(cudaStreamDestroy(s));
   }
 }
 
 int main(int argc, char** argv) {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    std::printf("SKIP: no usable CUDA GPU on this machine (%s); the gpu suite runs on the H200 (docs/results/)\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  if (const std::string why = gtest::no_gpu_reason(); !why.empty()) {
+    std::printf("SKIP: %s; the gpu suite runs on the H200 (docs/results/)\n", why.c_str());
     return 77;
   }
   const auto& lib = transport::nccl_api::instance();
@@ -168,9 +156,7 @@ int main(int argc, char** argv) {
     std::printf("SKIP: %s\n", lib.why.c_str());
     return 77;
   }
-  cudaDeviceProp p{};
-  cudaGetDeviceProperties(&p, 0);
-  std::printf("GPU: %s (sm_%d%d), %d device(s); NCCL %s\n", p.name, p.major, p.minor, count, lib.version_string().c_str());
+  std::printf("GPU: %s; NCCL %s\n", gtest::gpu_line().c_str(), lib.version_string().c_str());
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

@@ -21,7 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <mutex>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,12 +36,6 @@ namespace fp4 = rocenante::reduce::nvfp4;
 using bf16 = __nv_bfloat16;
 
 namespace {
-
-#define CUDA_REQUIRE(call)                                                                                    \
-  do {                                                                                                        \
-    const cudaError_t e_ = (call);                                                                            \
-    REQUIRE_MESSAGE(e_ == cudaSuccess, #call << " failed: " << cudaGetErrorString(e_));                       \
-  } while (0)
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -175,6 +169,8 @@ TEST_SUITE("gpu.nvfp4.codec") {
 
 namespace {
 
+using dev_bytes = gtest::dev_buf<std::uint8_t>;
+
 options nvfp4_options(std::size_t capacity) {
   options o = gpu::default_options();
   o.capacity_bytes = capacity;
@@ -190,68 +186,111 @@ std::vector<bf16> random_bf16(std::size_t n, std::uint32_t seed, float sigma) {
   return v;
 }
 
-struct dev_mem {
-  void* p = nullptr;
-  explicit dev_mem(std::size_t bytes) { cudaMalloc(&p, bytes + 64); }
-  ~dev_mem() { cudaFree(p); }
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
+/// Inputs of an epilogue case: n ranks' activations (rows x cols = `count`), a residual, and an RMSNorm weight near 1.
+struct epi_inputs {
+  std::vector<std::vector<bf16>> in;
+  std::vector<bf16> res, w;
 };
-struct pinned_mem {
-  void* p = nullptr;
-  explicit pinned_mem(std::size_t bytes) { cudaMallocHost(&p, bytes + 64); }
-  ~pinned_mem() { cudaFreeHost(p); }
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
+epi_inputs make_epi_inputs(int n, std::size_t count, std::size_t cols, std::uint32_t seed) {
+  epi_inputs x{std::vector<std::vector<bf16>>(n), random_bf16(count, seed + 100, 0.5f), random_bf16(cols, seed + 101, 0.2f)};
+  for (int r = 0; r < n; ++r) x.in[r] = random_bf16(count, seed + r, 1.0f);
+  for (auto& v : x.w) v = __float2bfloat16_rn(1.0f + __bfloat162float(v));
+  return x;
+}
+
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+
+/// Runs `call(comm, rank)` on n ranks of the host executor (CPU threads): the reference the GPU ranks must match.
+template <class Call>
+void on_host_ranks(int n, const options& o, Call call) {
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    host::nvfp4_communicator<transport::loopback> comm(b, o);
+    if (call(comm, b.rank()) != status::ok) FAIL("host executor failed: " << comm.last_error());
+  });
+}
+
+/// One device buffer of a GPU rank: an input (`bytes` copied up from `input`) or an output (filled with `poison`,
+/// copied back after the collective).
+struct rank_buffer {
+  const void* input;  ///< nullptr: an output
+  std::size_t bytes;
+  unsigned char poison;
 };
+template <class T>
+rank_buffer input_of(const std::vector<T>& v) {
+  return {v.data(), v.size() * sizeof(T), 0};
+}
+rank_buffer output_of(std::size_t bytes, unsigned char poison) { return {nullptr, bytes, poison}; }
+
+/// One collective on n GPU ranks (threads sharing this GPU) over Transport. Rank r's device buffers are
+/// `buffers(r)`; `call(comm, dev, stream, &why)` launches the collective on them (dev[k]: buffer k) and returns its
+/// status. Keeps the harness rule: buffers allocated and inputs staged in pinned memory before a barrier, every
+/// copy async on the rank's stream after it. Returns, per rank, the bytes of each output buffer in order; a rank's
+/// failure (status, CUDA error, health) is a test failure.
+template <class Transport, class Buffers, class Call>
+std::vector<std::vector<std::vector<std::uint8_t>>> on_gpu_ranks(int n, const options& o, Buffers buffers, Call call) {
+  std::vector<std::vector<std::vector<std::uint8_t>>> outputs(n);
+  gtest::rank_errors errors;
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    gpu::communicator<Transport> comm(b, o);
+    gtest::gpu_rank g;
+    const std::vector<rank_buffer> spec = buffers(r);
+    std::vector<std::unique_ptr<dev_bytes>> dev;
+    std::vector<std::unique_ptr<gtest::pinned<std::uint8_t>>> host;
+    std::vector<void*> d;
+    for (const rank_buffer& x : spec) {
+      dev.push_back(std::make_unique<dev_bytes>(x.bytes));
+      host.push_back(std::make_unique<gtest::pinned<std::uint8_t>>(x.bytes));
+      if (x.input) std::memcpy(host.back()->p, x.input, x.bytes);
+      d.push_back(dev.back()->p);
+    }
+    cudaDeviceSynchronize();
+    b.barrier();  // no device-synchronising call from here on
+    for (std::size_t k = 0; k < spec.size(); ++k)
+      if (spec[k].input) cudaMemcpyAsync(d[k], host[k]->p, spec[k].bytes, cudaMemcpyHostToDevice, g.stream);
+      else cudaMemsetAsync(d[k], spec[k].poison, spec[k].bytes, g.stream);
+    std::string why;
+    const status s = call(comm, d.data(), g.stream, &why);
+    for (std::size_t k = 0; k < spec.size(); ++k)
+      if (!spec[k].input) cudaMemcpyAsync(host[k]->p, d[k], spec[k].bytes, cudaMemcpyDeviceToHost, g.stream);
+    errors.finish(r, comm, g.stream, s, why);
+    for (std::size_t k = 0; k < spec.size(); ++k)
+      if (!spec[k].input) outputs[r].emplace_back(host[k]->p, host[k]->p + spec[k].bytes);
+    b.barrier();
+  });
+  errors.report();
+  return outputs;
+}
+
+/// CHECKs that a GPU rank's output holds the host executor's `bytes` bytes at `want`.
+void check_bytes(const std::vector<std::uint8_t>& got, const void* want, std::size_t bytes, const std::string& what) {
+  const long long d = first_diff(got.data(), want, bytes);
+  CHECK_MESSAGE(d < 0, what << " differs from the host executor first at byte " << d);
+}
 
 /// One compressed all-reduce of `count` bf16 per rank on the GPU (Transport) and on the host executor: every GPU
 /// rank's output must equal the host's rank-0 output byte for byte.
 template <class Transport>
 void wire_case(int n, std::size_t count, std::uint32_t seed) {
   const options o = nvfp4_options(std::max<std::size_t>(count * 2, 4096));
-  std::vector<std::vector<bf16>> in(n), gpu_out(n), host_out(n);
+  std::vector<std::vector<bf16>> in(n), host_out(n, std::vector<bf16>(count));
   for (int r = 0; r < n; ++r) in[r] = random_bf16(count, seed + r, 1.0f + r);
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    host::nvfp4_communicator<transport::loopback> c(b, o);
-    host_out[b.rank()].resize(count);
-    if (c.all_reduce_fp4(in[b.rank()].data(), host_out[b.rank()].data(), count) != status::ok)
-      FAIL("host executor failed: " << c.last_error());
-  });
-  std::mutex mu;
-  std::vector<std::string> errors;
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    const int r = b.rank();
-    gpu::communicator<Transport> comm(b, o);
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    dev_mem din(count * 2), dout(count * 2);
-    pinned_mem h(count * 2);
-    std::memcpy(h.p, in[r].data(), count * 2);
-    cudaDeviceSynchronize();
-    b.barrier();  // no device-synchronising call from here on
-    cudaMemcpyAsync(din.p, h.p, count * 2, cudaMemcpyHostToDevice, st);
-    cudaMemsetAsync(dout.p, 0xff, count * 2, st);
-    std::string why;
-    const status s = gpu::all_reduce_fp4(comm, din.as<bf16>(), dout.as<bf16>(), count, st, &why);
-    cudaMemcpyAsync(h.p, dout.p, count * 2, cudaMemcpyDeviceToHost, st);
-    const cudaError_t e = cudaStreamSynchronize(st);
-    gpu_out[r].assign(h.as<bf16>(), h.as<bf16>() + count);
-    const auto health = comm.check_health();
-    if (s != status::ok || e != cudaSuccess || !health.ok()) {
-      std::lock_guard lock(mu);
-      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
-                       cudaGetErrorString(e) + " health " + health.message);
-    }
-    b.barrier();
-    cudaStreamDestroy(st);
-  });
-  for (auto& e : errors) FAIL_CHECK(e);
+  on_host_ranks(n, o, [&](auto& c, int r) { return c.all_reduce_fp4(in[r].data(), host_out[r].data(), count); });
+  const auto got = on_gpu_ranks<Transport>(
+      n, o, [&](int r) { return std::vector{input_of(in[r]), output_of(count * 2, 0xff)}; },
+      [&](auto& comm, void* const* d, cudaStream_t st, std::string* why) {
+        return gpu::all_reduce_fp4(comm, as<bf16>(d[0]), as<bf16>(d[1]), count, st, why);
+      });
   for (int r = 0; r < n; ++r) {
-    const long long d = first_diff(gpu_out[r].data(), host_out[0].data(), count * 2);
+    const auto* gpu_out = reinterpret_cast<const bf16*>(got[r][0].data());
+    const long long d = first_diff(gpu_out, host_out[0].data(), count * 2);
     CHECK_MESSAGE(d < 0, Transport::name << " n=" << n << " count=" << count << ": GPU rank " << r
                                          << " differs from the host executor first at element " << d / 2 << ": GPU "
-                                         << (d >= 0 ? __bfloat162float(gpu_out[r][d / 2]) : 0.f) << " host "
+                                         << (d >= 0 ? __bfloat162float(gpu_out[d / 2]) : 0.f) << " host "
                                          << (d >= 0 ? __bfloat162float(host_out[0][d / 2]) : 0.f));
   }
 }
@@ -268,124 +307,76 @@ template <class Transport>
 void epilogue_case(int n, const epi_shape& c, std::uint32_t seed) {
   const std::size_t count = c.rows * c.cols, sfb = fp4::sf_bytes(c.layout, c.rows, c.cols);
   const options o = nvfp4_options(count * 2);
-  std::vector<std::vector<bf16>> in(n);
-  for (int r = 0; r < n; ++r) in[r] = random_bf16(count, seed + r, 1.0f);
-  const auto res = random_bf16(count, seed + 100, 0.5f);
-  auto w = random_bf16(c.cols, seed + 101, 0.2f);
-  for (auto& x : w) x = __float2bfloat16_rn(1.0f + __bfloat162float(x));
+  const epi_inputs inputs = make_epi_inputs(n, count, c.cols, seed);
+  const std::vector<std::vector<bf16>>& in = inputs.in;
+  const std::vector<bf16> &res = inputs.res, &w = inputs.w;
   const float gs = 448.0f * 6.0f / (c.norm ? 8.0f : 6.0f * std::sqrt(float(n)));
   auto make_epi = [&](bf16* rout, std::uint8_t* data, std::uint8_t* sc, const bf16* resp, const bf16* wp) {
-    algorithm::nvfp4_epilogue<bf16> e;
-    e.rows = c.rows;
-    e.cols = c.cols;
-    e.residual = c.residual ? resp : nullptr;
-    e.residual_out = c.residual_out ? rout : nullptr;
-    e.rms_norm = c.norm;
-    e.weight = c.weight ? wp : nullptr;
-    e.epsilon = 1e-6f;
-    e.global_scale = gs;
-    e.out_data = data;
-    e.out_scales = sc;
-    e.layout = c.layout;
-    return e;
+    return algorithm::nvfp4_epilogue<bf16>{.rows = c.rows, .cols = c.cols, .residual = c.residual ? resp : nullptr,
+                                           .residual_out = c.residual_out ? rout : nullptr, .rms_norm = c.norm,
+                                           .weight = c.weight ? wp : nullptr, .epsilon = 1e-6f, .global_scale = gs,
+                                           .out_data = data, .out_scales = sc, .layout = c.layout};
   };
   struct outputs {
     std::vector<std::uint8_t> data, sc;
     std::vector<bf16> rout;
   };
-  std::vector<outputs> host_out(n), gpu_out(n);
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    auto& ho = host_out[b.rank()];
-    ho.data.assign(count / 2, 0xcd);
-    ho.sc.assign(sfb, 0xcd);
-    ho.rout.assign(count, bf16{});
-    host::nvfp4_communicator<transport::loopback> comm(b, o);
-    if (comm.all_reduce_quantize(in[b.rank()].data(), make_epi(ho.rout.data(), ho.data.data(), ho.sc.data(), res.data(), w.data())) != status::ok)
-      FAIL("host executor failed: " << comm.last_error());
+  std::vector<outputs> host_out(n, outputs{std::vector<std::uint8_t>(count / 2, 0xcd), std::vector<std::uint8_t>(sfb, 0xcd),
+                                           std::vector<bf16>(count)});
+  on_host_ranks(n, o, [&](auto& comm, int r) {
+    auto& ho = host_out[r];
+    return comm.all_reduce_quantize(in[r].data(), make_epi(ho.rout.data(), ho.data.data(), ho.sc.data(), res.data(), w.data()));
   });
-  std::mutex mu;
-  std::vector<std::string> errors;
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    const int r = b.rank();
-    gpu::communicator<Transport> comm(b, o);
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    dev_mem din(count * 2), dres(count * 2), dw(c.cols * 2), drout(count * 2), dd(count / 2), ds(sfb);
-    pinned_mem hin(count * 2), hres(count * 2), hw(c.cols * 2), hrout(count * 2), hd(count / 2), hs(sfb);
-    std::memcpy(hin.p, in[r].data(), count * 2);
-    std::memcpy(hres.p, res.data(), count * 2);
-    std::memcpy(hw.p, w.data(), c.cols * 2);
-    cudaDeviceSynchronize();
-    b.barrier();
-    cudaMemcpyAsync(din.p, hin.p, count * 2, cudaMemcpyHostToDevice, st);
-    cudaMemcpyAsync(dres.p, hres.p, count * 2, cudaMemcpyHostToDevice, st);
-    cudaMemcpyAsync(dw.p, hw.p, c.cols * 2, cudaMemcpyHostToDevice, st);
-    cudaMemsetAsync(dd.p, 0xcd, count / 2, st);
-    cudaMemsetAsync(ds.p, 0xcd, sfb, st);
-    cudaMemsetAsync(drout.p, 0, count * 2, st);
-    std::string why;
-    const auto e = make_epi(drout.as<bf16>(), dd.as<std::uint8_t>(), ds.as<std::uint8_t>(), dres.as<bf16>(), dw.as<bf16>());
-    const status s = gpu::all_reduce_quantize(comm, din.as<bf16>(), e, st, &why);
-    cudaMemcpyAsync(hd.p, dd.p, count / 2, cudaMemcpyDeviceToHost, st);
-    cudaMemcpyAsync(hs.p, ds.p, sfb, cudaMemcpyDeviceToHost, st);
-    cudaMemcpyAsync(hrout.p, drout.p, count * 2, cudaMemcpyDeviceToHost, st);
-    const cudaError_t ce = cudaStreamSynchronize(st);
-    auto& go = gpu_out[r];
-    go.data.assign(hd.as<std::uint8_t>(), hd.as<std::uint8_t>() + count / 2);
-    go.sc.assign(hs.as<std::uint8_t>(), hs.as<std::uint8_t>() + sfb);
-    go.rout.assign(hrout.as<bf16>(), hrout.as<bf16>() + count);
-    const auto health = comm.check_health();
-    if (s != status::ok || ce != cudaSuccess || !health.ok()) {
-      std::lock_guard lock(mu);
-      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
-                       cudaGetErrorString(ce) + " health " + health.message);
-    }
-    b.barrier();
-    cudaStreamDestroy(st);
-  });
-  for (auto& e : errors) FAIL_CHECK(e);
+  // device buffers: in, res, w; outputs 0: residual out, 1: codes, 2: scales
+  const auto got = on_gpu_ranks<Transport>(
+      n, o,
+      [&](int r) {
+        return std::vector{input_of(in[r]), input_of(res), input_of(w), output_of(count * 2, 0),
+                           output_of(count / 2, 0xcd), output_of(sfb, 0xcd)};
+      },
+      [&](auto& comm, void* const* d, cudaStream_t st, std::string* why) {
+        const auto e = make_epi(as<bf16>(d[3]), as<std::uint8_t>(d[4]), as<std::uint8_t>(d[5]), as<bf16>(d[1]), as<bf16>(d[2]));
+        return gpu::all_reduce_quantize(comm, as<bf16>(d[0]), e, st, why);
+      });
   const std::string where = std::string(Transport::name) + " n=" + std::to_string(n) + " rows=" + std::to_string(c.rows) +
                             " cols=" + std::to_string(c.cols) + (c.norm ? " rmsnorm" : "") + (c.residual ? " residual" : "") +
                             (c.layout == fp4::sf_layout::swizzled_128x4 ? " swizzled" : " linear");
   for (int r = 0; r < n; ++r) {
-    const long long d1 = first_diff(gpu_out[r].data.data(), host_out[0].data.data(), count / 2);
-    CHECK_MESSAGE(d1 < 0, where << ": rank " << r << " codes differ from the host first at byte " << d1);
-    const long long d2 = first_diff(gpu_out[r].sc.data(), host_out[0].sc.data(), sfb);
-    CHECK_MESSAGE(d2 < 0, where << ": rank " << r << " scales differ from the host first at byte " << d2);
-    if (c.residual_out) {
-      const long long d3 = first_diff(gpu_out[r].rout.data(), host_out[0].rout.data(), count * 2);
-      CHECK_MESSAGE(d3 < 0, where << ": rank " << r << " residual output differs first at element " << d3 / 2);
-    }
+    const std::string rank = where + ": rank " + std::to_string(r);
+    check_bytes(got[r][1], host_out[0].data.data(), count / 2, rank + " codes");
+    check_bytes(got[r][2], host_out[0].sc.data(), sfb, rank + " scales");
+    if (c.residual_out) check_bytes(got[r][0], host_out[0].rout.data(), count * 2, rank + " residual output");
   }
-  if (n == 1) {  // the standalone kernel the benchmark measures: many CTAs, same bytes
-    dev_mem din(count * 2), dres(count * 2), dw(c.cols * 2), drout(count * 2), dd(count / 2), ds(sfb);
+  if (n == 1) {  // the standalone kernels the benchmark measures: many CTAs, same bytes
+    gtest::dev_buf<bf16> din(count), dres(count), dw(c.cols), drout(count);
+    dev_bytes dd(count / 2), ds(sfb);
     CUDA_REQUIRE(cudaMemcpy(din.p, in[0].data(), count * 2, cudaMemcpyHostToDevice));
     CUDA_REQUIRE(cudaMemcpy(dres.p, res.data(), count * 2, cudaMemcpyHostToDevice));
     CUDA_REQUIRE(cudaMemcpy(dw.p, w.data(), c.cols * 2, cudaMemcpyHostToDevice));
-    CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
-    const auto e = make_epi(drout.as<bf16>(), dd.as<std::uint8_t>(), ds.as<std::uint8_t>(), dres.as<bf16>(), dw.as<bf16>());
-    kernel::nvfp4_quantize_rows<bf16><<<264, 256>>>(din.as<bf16>(), e);
-    CUDA_REQUIRE(cudaGetLastError());
-    CUDA_REQUIRE(cudaDeviceSynchronize());
+    const auto e = make_epi(drout.p, dd.p, ds.p, dres.p, dw.p);
     std::vector<std::uint8_t> d(count / 2), s(sfb);
-    CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
-    CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
-    CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": standalone kernel codes differ");
-    CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": standalone kernel scales differ");
-    // the lean kernel (no RMSNorm path) as the benchmark's plain variants launch it: 1, 2 and 4 blocks in flight
-    // per thread, grids that leave remainders
-    auto lean = [&](auto kernel_fn, int in_flight, int grid) {
+    // `launch()` starts a kernel writing dd and ds (poisoned first) and returns its launch error
+    auto check_kernel = [&](const std::string& label, auto launch) {
       CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
       CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
-      kernel_fn<<<grid, 256>>>(din.as<bf16>(), e);
-      CUDA_REQUIRE(cudaGetLastError());
+      CUDA_REQUIRE(launch());
       CUDA_REQUIRE(cudaDeviceSynchronize());
       CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
       CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
-      CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0,
-                    where << ": lean kernel (" << in_flight << " in flight, grid " << grid << ") codes differ");
-      CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0,
-                    where << ": lean kernel (" << in_flight << " in flight, grid " << grid << ") scales differ");
+      CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": " << label << " codes differ");
+      CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": " << label << " scales differ");
+    };
+    check_kernel("standalone kernel", [&] {
+      kernel::nvfp4_quantize_rows<bf16><<<264, 256>>>(din.p, e);
+      return cudaGetLastError();
+    });
+    // the lean kernel (no RMSNorm path) as the benchmark's plain variants launch it: 1, 2 and 4 blocks in flight
+    // per thread, grids that leave remainders
+    auto lean = [&](auto kernel_fn, int in_flight, int grid) {
+      check_kernel("lean kernel (" + std::to_string(in_flight) + " in flight, grid " + std::to_string(grid) + ")", [&] {
+        kernel_fn<<<grid, 256>>>(din.p, e);
+        return cudaGetLastError();
+      });
     };
     if (!c.norm) {
       lean(kernel::nvfp4_quantize_rows<bf16, false, 1>, 1, 528);
@@ -398,42 +389,22 @@ void epilogue_case(int n, const epi_shape& c, std::uint32_t seed) {
         e2.norm_out = nullptr;
         // grids: more threads than blocks, a few threads looping over many blocks, a thread per block and more
         for (int ahead : {0, 1})
-          for (int grid : {1056, 5, 1}) {
-            CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
-            CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
-            if (e2.residual && ahead) kernel::nvfp4_quantize_whole_blocks<bf16, true, true><<<grid, 256>>>(din.as<bf16>(), e2);
-            else if (e2.residual) kernel::nvfp4_quantize_whole_blocks<bf16, true><<<grid, 256>>>(din.as<bf16>(), e2);
-            else if (ahead) kernel::nvfp4_quantize_whole_blocks<bf16, false, true><<<grid, 256>>>(din.as<bf16>(), e2);
-            else kernel::nvfp4_quantize_whole_blocks<bf16, false><<<grid, 256>>>(din.as<bf16>(), e2);
-            CUDA_REQUIRE(cudaGetLastError());
-            CUDA_REQUIRE(cudaDeviceSynchronize());
-            CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
-            CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
-            CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0,
-                          where << ": whole-blocks kernel (ahead " << ahead << ", grid " << grid << ") codes differ");
-            CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0,
-                          where << ": whole-blocks kernel (ahead " << ahead << ", grid " << grid << ") scales differ");
-          }
-        CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
-        CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
-        CUDA_REQUIRE(kernel::launch_nvfp4_quantize_rows(din.as<bf16>(), e));  // the launcher with the case's own epilogue
-        CUDA_REQUIRE(cudaDeviceSynchronize());
-        CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
-        CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
-        CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": launcher codes differ");
-        CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": launcher scales differ");
+          for (int grid : {1056, 5, 1})
+            check_kernel("whole-blocks kernel (ahead " + std::to_string(ahead) + ", grid " + std::to_string(grid) + ")", [&] {
+              if (e2.residual && ahead) kernel::nvfp4_quantize_whole_blocks<bf16, true, true><<<grid, 256>>>(din.p, e2);
+              else if (e2.residual) kernel::nvfp4_quantize_whole_blocks<bf16, true><<<grid, 256>>>(din.p, e2);
+              else if (ahead) kernel::nvfp4_quantize_whole_blocks<bf16, false, true><<<grid, 256>>>(din.p, e2);
+              else kernel::nvfp4_quantize_whole_blocks<bf16, false><<<grid, 256>>>(din.p, e2);
+              return cudaGetLastError();
+            });
+        // the launcher with the case's own epilogue
+        check_kernel("launcher", [&] { return kernel::launch_nvfp4_quantize_rows(din.p, e); });
         if (!e.residual_out && !e.norm_out) {  // the launcher with an input 2 bytes off 16-byte alignment: no loads ahead
-          dev_mem dmis(count * 2 + 16);
+          dev_bytes dmis(count * 2 + 16);
           bf16* mis = dmis.as<bf16>() + 1;
           CUDA_REQUIRE(cudaMemcpy(mis, din.p, count * 2, cudaMemcpyDeviceToDevice));
-          CUDA_REQUIRE(cudaMemset(dd.p, 0xcd, count / 2));
-          CUDA_REQUIRE(cudaMemset(ds.p, 0xcd, sfb));
-          CUDA_REQUIRE(kernel::launch_nvfp4_quantize_rows(static_cast<const bf16*>(mis), e));
-          CUDA_REQUIRE(cudaDeviceSynchronize());
-          CUDA_REQUIRE(cudaMemcpy(d.data(), dd.p, count / 2, cudaMemcpyDeviceToHost));
-          CUDA_REQUIRE(cudaMemcpy(s.data(), ds.p, sfb, cudaMemcpyDeviceToHost));
-          CHECK_MESSAGE(first_diff(d.data(), host_out[0].data.data(), count / 2) < 0, where << ": launcher (misaligned input) codes differ");
-          CHECK_MESSAGE(first_diff(s.data(), host_out[0].sc.data(), sfb) < 0, where << ": launcher (misaligned input) scales differ");
+          check_kernel("launcher (misaligned input)",
+                       [&] { return kernel::launch_nvfp4_quantize_rows(static_cast<const bf16*>(mis), e); });
         }
       }
     }
@@ -445,7 +416,8 @@ void gather_case(int n, std::size_t rows, std::size_t cols, fp4::sf_layout in_l,
   const std::size_t kb = cols / 16, db = rows * cols / 2, sfi = fp4::sf_bytes(in_l, rows, cols);
   const std::size_t odb = n * db, osf = fp4::sf_bytes(out_l, n * rows, cols);
   const options o = nvfp4_options(rows * cols);
-  std::vector<std::vector<std::uint8_t>> data(n), sc(n), host_d(n), host_s(n), gpu_d(n), gpu_s(n);
+  std::vector<std::vector<std::uint8_t>> data(n), sc(n), host_d(n, std::vector<std::uint8_t>(odb, 0xcd)),
+      host_s(n, std::vector<std::uint8_t>(osf, 0xcd));
   for (int q = 0; q < n; ++q) {
     std::mt19937 g(seed + q);
     std::normal_distribution<float> nd;
@@ -459,143 +431,60 @@ void gather_case(int n, std::size_t rows, std::size_t cols, fp4::sf_layout in_l,
       for (std::size_t k = 0; k < kb; ++k) sc[q][fp4::sf_offset(in_l, m, k, cols)] = lin[m * kb + k];
   }
   auto make = [&](const std::uint8_t* d, const std::uint8_t* s, std::uint8_t* od, std::uint8_t* os) {
-    algorithm::nvfp4_gather g;
-    g.data = d;
-    g.scales = s;
-    g.in_layout = in_l;
-    g.rows = rows;
-    g.cols = cols;
-    g.out_data = od;
-    g.out_scales = os;
-    g.out_layout = out_l;
-    return g;
+    return algorithm::nvfp4_gather{.data = d, .scales = s, .in_layout = in_l, .rows = rows, .cols = cols,
+                                   .out_data = od, .out_scales = os, .out_layout = out_l};
   };
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    const int r = b.rank();
-    host::nvfp4_communicator<transport::loopback> comm(b, o);
-    host_d[r].assign(odb, 0xcd);
-    host_s[r].assign(osf, 0xcd);
-    if (comm.all_gather_nvfp4(make(data[r].data(), sc[r].data(), host_d[r].data(), host_s[r].data())) != status::ok)
-      FAIL("host executor failed: " << comm.last_error());
+  on_host_ranks(n, o, [&](auto& comm, int r) {
+    return comm.all_gather_nvfp4(make(data[r].data(), sc[r].data(), host_d[r].data(), host_s[r].data()));
   });
-  std::mutex mu;
-  std::vector<std::string> errors;
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    const int r = b.rank();
-    gpu::communicator<Transport> comm(b, o);
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    dev_mem dd(db), ds(sfi), dod(odb), dos(osf);
-    pinned_mem hd(db), hs(sfi), hod(odb), hos(osf);
-    std::memcpy(hd.p, data[r].data(), db);
-    std::memcpy(hs.p, sc[r].data(), sfi);
-    cudaDeviceSynchronize();
-    b.barrier();
-    cudaMemcpyAsync(dd.p, hd.p, db, cudaMemcpyHostToDevice, st);
-    cudaMemcpyAsync(ds.p, hs.p, sfi, cudaMemcpyHostToDevice, st);
-    cudaMemsetAsync(dod.p, 0xcd, odb, st);
-    cudaMemsetAsync(dos.p, 0xcd, osf, st);
-    std::string why;
-    const status s = gpu::all_gather_nvfp4(comm, make(dd.as<std::uint8_t>(), ds.as<std::uint8_t>(), dod.as<std::uint8_t>(),
-                                                      dos.as<std::uint8_t>()), st, &why);
-    cudaMemcpyAsync(hod.p, dod.p, odb, cudaMemcpyDeviceToHost, st);
-    cudaMemcpyAsync(hos.p, dos.p, osf, cudaMemcpyDeviceToHost, st);
-    const cudaError_t ce = cudaStreamSynchronize(st);
-    gpu_d[r].assign(hod.as<std::uint8_t>(), hod.as<std::uint8_t>() + odb);
-    gpu_s[r].assign(hos.as<std::uint8_t>(), hos.as<std::uint8_t>() + osf);
-    const auto health = comm.check_health();
-    if (s != status::ok || ce != cudaSuccess || !health.ok()) {
-      std::lock_guard lock(mu);
-      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
-                       cudaGetErrorString(ce) + " health " + health.message);
-    }
-    b.barrier();
-    cudaStreamDestroy(st);
-  });
-  for (auto& e : errors) FAIL_CHECK(e);
+  const auto got = on_gpu_ranks<Transport>(
+      n, o, [&](int r) { return std::vector{input_of(data[r]), input_of(sc[r]), output_of(odb, 0xcd), output_of(osf, 0xcd)}; },
+      [&](auto& comm, void* const* d, cudaStream_t st, std::string* why) {
+        return gpu::all_gather_nvfp4(
+            comm, make(as<std::uint8_t>(d[0]), as<std::uint8_t>(d[1]), as<std::uint8_t>(d[2]), as<std::uint8_t>(d[3])), st, why);
+      });
   for (int r = 0; r < n; ++r) {
-    CHECK_MESSAGE(first_diff(gpu_d[r].data(), host_d[0].data(), odb) < 0,
-                  Transport::name << " all-gather n=" << n << ": rank " << r << " codes differ at byte " << first_diff(gpu_d[r].data(), host_d[0].data(), odb));
-    CHECK_MESSAGE(first_diff(gpu_s[r].data(), host_s[0].data(), osf) < 0,
-                  Transport::name << " all-gather n=" << n << ": rank " << r << " scales differ at byte " << first_diff(gpu_s[r].data(), host_s[0].data(), osf));
+    const std::string rank = std::string(Transport::name) + " all-gather n=" + std::to_string(n) + ": rank " + std::to_string(r);
+    check_bytes(got[r][0], host_d[0].data(), odb, rank + " codes");
+    check_bytes(got[r][1], host_s[0].data(), osf, rank + " scales");
   }
 }
-
-}  // namespace
-
 
 /// Fused all-reduce + residual + RMSNorm with a bf16 output (norm_out, no NVFP4): GPU ranks vs the host executor.
 template <class Transport>
 void norm_case(int n, std::size_t rows, std::size_t cols, std::uint32_t seed) {
   const std::size_t count = rows * cols;
   const options o = nvfp4_options(count * 2);
-  std::vector<std::vector<bf16>> in(n);
-  for (int r = 0; r < n; ++r) in[r] = random_bf16(count, seed + r, 1.0f);
-  const auto res = random_bf16(count, seed + 100, 0.5f);
-  auto w = random_bf16(cols, seed + 101, 0.2f);
-  for (auto& x : w) x = __float2bfloat16_rn(1.0f + __bfloat162float(x));
+  const epi_inputs inputs = make_epi_inputs(n, count, cols, seed);
+  const std::vector<std::vector<bf16>>& in = inputs.in;
+  const std::vector<bf16> &res = inputs.res, &w = inputs.w;
   auto make_epi = [&](bf16* y, bf16* rout, const bf16* resp, const bf16* wp) {
-    algorithm::nvfp4_epilogue<bf16> e;
-    e.rows = rows;
-    e.cols = cols;
-    e.residual = resp;
-    e.residual_out = rout;
-    e.rms_norm = true;
-    e.weight = wp;
-    e.epsilon = 1e-6f;
-    e.norm_out = y;
-    return e;
+    return algorithm::nvfp4_epilogue<bf16>{.rows = rows, .cols = cols, .residual = resp, .residual_out = rout,
+                                           .rms_norm = true, .weight = wp, .epsilon = 1e-6f, .norm_out = y};
   };
-  std::vector<std::vector<bf16>> hy(n), hr(n), gy(n), gr(n);
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    const int r = b.rank();
-    hy[r].assign(count, bf16{});
-    hr[r].assign(count, bf16{});
-    host::nvfp4_communicator<transport::loopback> comm(b, o);
-    if (comm.all_reduce_quantize(in[r].data(), make_epi(hy[r].data(), hr[r].data(), res.data(), w.data())) != status::ok)
-      FAIL("host executor failed: " << comm.last_error());
+  std::vector<std::vector<bf16>> hy(n, std::vector<bf16>(count)), hr(n, std::vector<bf16>(count));
+  on_host_ranks(n, o, [&](auto& comm, int r) {
+    return comm.all_reduce_quantize(in[r].data(), make_epi(hy[r].data(), hr[r].data(), res.data(), w.data()));
   });
-  std::mutex mu;
-  std::vector<std::string> errors;
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    const int r = b.rank();
-    gpu::communicator<Transport> comm(b, o);
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    dev_mem din(count * 2), dres(count * 2), dw(cols * 2), dy(count * 2), drout(count * 2);
-    pinned_mem hy2(count * 2), hr2(count * 2);
-    CUDA_REQUIRE(cudaMemcpy(din.p, in[r].data(), count * 2, cudaMemcpyHostToDevice));
-    CUDA_REQUIRE(cudaMemcpy(dres.p, res.data(), count * 2, cudaMemcpyHostToDevice));
-    CUDA_REQUIRE(cudaMemcpy(dw.p, w.data(), cols * 2, cudaMemcpyHostToDevice));
-    CUDA_REQUIRE(cudaMemset(dy.p, 0xcd, count * 2));
-    CUDA_REQUIRE(cudaMemset(drout.p, 0xcd, count * 2));
-    cudaDeviceSynchronize();
-    b.barrier();
-    std::string why;
-    const status s = gpu::all_reduce_quantize(comm, din.as<bf16>(), make_epi(dy.as<bf16>(), drout.as<bf16>(), dres.as<bf16>(), dw.as<bf16>()), st, &why);
-    cudaMemcpyAsync(hy2.p, dy.p, count * 2, cudaMemcpyDeviceToHost, st);
-    cudaMemcpyAsync(hr2.p, drout.p, count * 2, cudaMemcpyDeviceToHost, st);
-    const cudaError_t ce = cudaStreamSynchronize(st);
-    gy[r].assign(hy2.as<bf16>(), hy2.as<bf16>() + count);
-    gr[r].assign(hr2.as<bf16>(), hr2.as<bf16>() + count);
-    const auto health = comm.check_health();
-    if (s != status::ok || ce != cudaSuccess || !health.ok()) {
-      std::lock_guard lock(mu);
-      errors.push_back("rank " + std::to_string(r) + ": status " + to_string(s) + " " + why + " cuda " +
-                       cudaGetErrorString(ce) + " health " + health.message);
-    }
-    b.barrier();
-    cudaStreamDestroy(st);
-  });
-  for (auto& e : errors) FAIL_CHECK(e);
+  // device buffers: in, res, w; outputs 0: normalised output, 1: residual output
+  const auto got = on_gpu_ranks<Transport>(
+      n, o,
+      [&](int r) {
+        return std::vector{input_of(in[r]), input_of(res), input_of(w), output_of(count * 2, 0xcd), output_of(count * 2, 0xcd)};
+      },
+      [&](auto& comm, void* const* d, cudaStream_t st, std::string* why) {
+        return gpu::all_reduce_quantize(comm, as<bf16>(d[0]), make_epi(as<bf16>(d[3]), as<bf16>(d[4]), as<bf16>(d[1]), as<bf16>(d[2])),
+                                        st, why);
+      });
   for (int r = 0; r < n; ++r) {
-    const long long d1 = first_diff(gy[r].data(), hy[0].data(), count * 2);
-    CHECK_MESSAGE(d1 < 0, Transport::name << " n=" << n << " rows=" << rows << " cols=" << cols << ": rank " << r
-                                          << " normalised output differs from the host first at element " << d1 / 2);
-    const long long d2 = first_diff(gr[r].data(), hr[0].data(), count * 2);
-    CHECK_MESSAGE(d2 < 0, Transport::name << " n=" << n << ": rank " << r << " residual output differs first at element " << d2 / 2);
+    const std::string rank = std::string(Transport::name) + " n=" + std::to_string(n) + " rows=" + std::to_string(rows) +
+                             " cols=" + std::to_string(cols) + ": rank " + std::to_string(r);
+    check_bytes(got[r][0], hy[0].data(), count * 2, rank + " normalised output");
+    check_bytes(got[r][1], hr[0].data(), count * 2, rank + " residual output");
   }
 }
+
+}  // namespace
 
 TEST_SUITE("gpu.nvfp4.collectives") {
   TEST_CASE("NVFP4-wire all-reduce: every GPU rank returns the host executor's bytes (direct and proxy mode)") {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <rocenante/rocenante.hpp>
@@ -18,6 +20,10 @@
 namespace rtest {
 
 using namespace rocenante;
+using algorithm::one_shot;
+using algorithm::ring;
+/// The host executor over the in-process transport: the communicator most host tests build.
+using comm_t = host::communicator<transport::loopback>;
 
 // --- element types ------------------------------------------------------------------------------------------
 
@@ -172,6 +178,26 @@ int ring_first_rank(int n, std::size_t count, std::size_t i) {
 struct stopwatch {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
+/// Pauses a proxy transport (its pause() / resume(): posts wait behind the stopped proxy) and resumes it from another
+/// thread after `delay`; the destructor joins that thread.
+class paused_proxy {
+ public:
+  template <class Transport>
+  paused_proxy(Transport& t, std::chrono::milliseconds delay) {
+    t.pause();
+    resumer_ = std::thread([&t, delay] {
+      std::this_thread::sleep_for(delay);
+      t.resume();
+    });
+  }
+  ~paused_proxy() { resumer_.join(); }
+  paused_proxy(const paused_proxy&) = delete;
+  paused_proxy& operator=(const paused_proxy&) = delete;
+
+ private:
+  std::thread resumer_;
 };
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }

@@ -5,24 +5,9 @@
 // (include paths, flags) is sound, so that the other cases fail for their own reason.
 #include <rocenante/rocenante.hpp>
 
+#include "concept_mocks.hpp"  // CASE 1: mock::reduction_no_accum_type; CASE 2: mock::algorithm_no_wire_bytes
+
 using namespace rocenante;
-
-struct reduction_without_accum_type {  // CASE 1
-  using value_type = float;
-  static constexpr const char* name = "x";
-  static constexpr dtype dtype_id = dtype::f32;
-  static constexpr reduce::reduce_op op_id = reduce::reduce_op::sum;
-  static constexpr bool block_scaled = false, lossy_per_hop = false;
-};
-
-struct algorithm_without_wire_bytes {  // CASE 2
-  static constexpr const char* name = "x";
-  static constexpr algorithm::algo id = algorithm::algo::one_shot;
-  static constexpr bool supports_all_gather = false;
-  static constexpr std::uint32_t channels(int) { return 1; }
-  static constexpr std::uint64_t slot_bytes(int, std::uint64_t c) { return c; }
-  static constexpr std::uint32_t steps(int) { return 1; }
-};
 
 struct handle_with_string : transport::direct_handle {  // CASE 3
   std::string label;
@@ -50,9 +35,9 @@ void ok(comm_t& c, session_t& s, float* p) {
                 transport::check_transport<transport::loopback>());
 }
 #elif CASE == 1
-static_assert(reduce::check_reduction<reduction_without_accum_type>());
+static_assert(reduce::check_reduction<mock::reduction_no_accum_type>());
 #elif CASE == 2
-static_assert(algorithm::check_algorithm<algorithm_without_wire_bytes>());
+static_assert(algorithm::check_algorithm<mock::algorithm_no_wire_bytes>());
 #elif CASE == 3
 static_assert(transport::check_transport<transport_with_fat_handle>());
 #elif CASE == 4

@@ -20,9 +20,14 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <exception>
+#include <initializer_list>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include <rocenante/reduce/sum.hpp>
 #include <rocenante/transport/socket/net.hpp>
 
 namespace rtest {
@@ -157,6 +162,49 @@ inline std::vector<rank_result> run_world(const std::string& scenario, int size,
   }
   ::rmdir(dir.c_str());
   return res;
+}
+
+/// The rank side of a program started by run_world (`PROGRAM --rank SCENARIO`): runs the scenario named `name`
+/// and returns its exit status. An exception is printed as `exception=WHAT` (exit 2); an unknown name exits 64.
+inline int run_scenario(const std::string& name, std::initializer_list<std::pair<std::string_view, int (*)()>> scenarios) {
+  try {
+    for (const auto& [n, run] : scenarios)
+      if (n == name) return run();
+  } catch (const std::exception& e) {
+    std::printf("exception=%s\n", e.what());
+    return 2;
+  }
+  std::printf("unknown scenario %s\n", name.c_str());
+  return 64;
+}
+
+// --- exact collectives across processes ---------------------------------------------------------------------------
+
+/// Input element i of `rank` in round `round`: a small integer in [-6, 6], so that sums are exact in every dtype and
+/// every summation order. Every rank can compute every rank's input, hence check its own output alone.
+template <class T>
+T exact_input(int rank, std::size_t i, int round) {
+  return rocenante::reduce::sum<T>::from_accum(static_cast<float>((rank * 5 + static_cast<int>(i % 11) + round) % 13 - 6));
+}
+
+/// Checks the output at `got` of an n-rank all-reduce of `count` exact_input elements (gather: of an all-gather,
+/// count * n elements) in round `round`; returns an empty string or what was wrong. NaN (the 0xff poison: an element
+/// never written) fails too.
+template <class T>
+std::string check_exact(const T* got, int n, std::size_t count, int round, bool gather) {
+  using R = rocenante::reduce::sum<T>;
+  const std::size_t out_count = gather ? count * static_cast<std::size_t>(n) : count;
+  for (std::size_t i = 0; i < out_count; ++i) {
+    float want = 0;
+    if (gather) want = R::to_accum(exact_input<T>(static_cast<int>(i / count), i % count, round));
+    else
+      for (int q = 0; q < n; ++q) want += R::to_accum(exact_input<T>(q, i, round));
+    const float have = R::to_accum(got[i]);
+    if (have != want)
+      return "element " + std::to_string(i) + " of " + std::to_string(out_count) + " is " + std::to_string(have) +
+             ", expected " + std::to_string(want);
+  }
+  return {};
 }
 
 inline std::string all_output(const std::vector<rank_result>& rs) {

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "common.hpp"
+#include "typed_cases.hpp"
 
 namespace rtest {
 
@@ -127,6 +128,18 @@ void check_all_gather(int n, const options& opts, std::uint64_t case_id) {
       }
       CHECK(std::all_of(out[c][r].begin() + n * count, out[c][r].end(), is_poison<T>));
     }
+  }
+}
+
+/// The rank counts every algorithm x dtype is checked at (one rank and sixteen are cases of their own).
+inline constexpr int reference_rank_counts[] = {2, 3, 4, 8};
+
+/// check_all_reduce_against_reference<A, T> at every rank count; case ids id * 16 + n.
+template <class A, class T>
+void all_reduce_cases(bool multi_part, std::uint64_t id) {
+  for (int n : reference_rank_counts) {
+    CAPTURE(n);
+    check_all_reduce_against_reference<A, T>(n, reference_options(multi_part), id * 16 + n);
   }
 }
 

@@ -11,19 +11,11 @@
 #include "common.hpp"
 
 using namespace rtest;
-using algorithm::one_shot;
-using algorithm::ring;
-using comm_t = host::communicator<transport::loopback>;
 
 namespace {
 
 options small_options() {
-  options o;
-  o.capacity_bytes = 16 * 1024;
-  o.max_parts = 3;
-  o.min_part_bytes = 256;
-  o.timeout_ns = 30'000'000'000ull;
-  return o;
+  return {.capacity_bytes = 16 * 1024, .max_parts = 3, .min_part_bytes = 256, .timeout_ns = 30'000'000'000ull};
 }
 
 /// A buffer of `count` T starting `offset` bytes past a 16-byte boundary, read and written through memcpy
@@ -46,9 +38,10 @@ struct offset_buffer {
   }
 };
 
-/// Every rank: one good collective, then `call(comm, rank)` timed, then one more collective timed (which must
+/// What one rank saw: a good collective, then the call under test (`first`), then one more collective (which must
 /// fail fast when the first poisoned the communicator).
 struct divergent_result {
+  status good = status::internal;
   status first = status::internal;
   double first_seconds = 0;
   status next = status::internal;
@@ -57,6 +50,8 @@ struct divergent_result {
   std::string error;
 };
 
+/// Every rank: one good collective, then `call(comm, rank)` timed, then one more collective timed. A rank whose
+/// good collective fails stops there (its `first` stays internal, which every check refuses).
 template <class Comm = comm_t, class Call>
 std::vector<divergent_result> run_divergent(int n, const options& o, Call call) {
   std::vector<divergent_result> res(n);
@@ -64,7 +59,8 @@ std::vector<divergent_result> run_divergent(int n, const options& o, Call call) 
     Comm comm(b, o);
     const int r = b.rank();
     std::vector<float> warm(64, 1.0f), warm_out(64);
-    if (comm.all_reduce(warm.data(), warm_out.data(), warm.size()) != status::ok) return;
+    res[r].good = comm.all_reduce(warm.data(), warm_out.data(), warm.size());
+    if (res[r].good != status::ok) return;
     stopwatch t;
     res[r].first = call(comm, r);
     res[r].first_seconds = t.seconds();
@@ -109,49 +105,28 @@ void check_never_a_wrong_answer(const std::vector<divergent_result>& res) {
   }
 }
 
-}  // namespace
-
-namespace {
-
-/// What one rank saw when every rank made the same bad call after a good one.
-struct refusal {
-  status good = status::internal, bad = status::internal, next = status::internal;
-  double bad_seconds = 0, next_seconds = 0;
-  std::string error;
-  host::health health;
-};
-
-/// n ranks: a good call, then `bad(comm, rank)` (the same bad input everywhere), then another good call.
-template <class Bad>
-std::vector<refusal> refuse_everywhere(int n, Bad bad) {
-  std::vector<refusal> res(n);
-  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    comm_t comm(b, mismatch_options());
-    const int r = b.rank();
-    std::vector<float> in(64, 1.0f), out(64);
-    res[r].good = comm.all_reduce(in.data(), out.data(), in.size());
-    stopwatch t;
-    res[r].bad = bad(comm, r);
-    res[r].bad_seconds = t.seconds();
-    res[r].error = comm.last_error();
-    res[r].health = comm.check_health();
-    stopwatch t2;
-    res[r].next = comm.all_reduce(in.data(), out.data(), in.size());
-    res[r].next_seconds = t2.seconds();
-  });
+/// Ranks whose calls differ (`call(comm, rank)`): never a wrong answer, and a mismatch reported on every rank.
+template <class Comm = comm_t, class Call>
+std::vector<divergent_result> check_mismatch(int n, Call call) {
+  auto res = run_divergent<Comm>(n, mismatch_options(), call);
+  check_never_a_wrong_answer(res);
+  check_reported_as_mismatch_everywhere(res);
   return res;
 }
 
-/// Refused locally with the reason in last_error(), without waiting; then the communicator is poisoned (the
-/// rank took its place in the sequence and told its peers to abort: session::reject).
-void check_refused(const std::vector<refusal>& res, const std::string& reason) {
+/// n ranks make the same bad call `bad(comm, rank)` after a good one: each refuses it locally with `reason` in
+/// last_error(), without waiting; then the communicator is poisoned (the rank took its place in the sequence and
+/// told its peers to abort: session::reject).
+template <class Bad>
+void check_refused(int n, const std::string& reason, Bad bad) {
+  const auto res = run_divergent(n, mismatch_options(), bad);
   for (std::size_t r = 0; r < res.size(); ++r) {
     CAPTURE(r);
     INFO(res[r].error);
     CHECK(res[r].good == status::ok);
-    CHECK(res[r].bad == status::invalid_argument);
+    CHECK(res[r].first == status::invalid_argument);
     CHECK(contains(res[r].error, reason));
-    CHECK(res[r].bad_seconds < 0.5);
+    CHECK(res[r].first_seconds < 0.5);
     CHECK(res[r].health.state == status::invalid_argument);
     CHECK(res[r].health.failure.kind == static_cast<std::uint32_t>(protocol::failure_kind::rejected));
     CHECK(res[r].next == status::poisoned);
@@ -167,46 +142,40 @@ TEST_SUITE("host.input") {
     std::vector<float> in(cap + 1, 1.0f);
     std::vector<std::vector<float>> out(3, std::vector<float>(3 * (cap + 1)));
     SUBCASE("one_shot") {
-      check_refused(refuse_everywhere(3, [&](comm_t& c, int r) { return c.all_reduce(in.data(), out[r].data(), cap + 1); }),
-                    "capacity");
+      check_refused(3, "capacity", [&](comm_t& c, int r) { return c.all_reduce(in.data(), out[r].data(), cap + 1); });
     }
     SUBCASE("ring") {
-      check_refused(refuse_everywhere(3, [&](comm_t& c, int r) {
-                      return c.all_reduce<ring>(in.data(), out[r].data(), cap + 1);
-                    }),
-                    "capacity");
+      check_refused(3, "capacity", [&](comm_t& c, int r) {
+        return c.all_reduce<ring>(in.data(), out[r].data(), cap + 1);
+      });
     }
     SUBCASE("all-gather") {
-      check_refused(refuse_everywhere(3, [&](comm_t& c, int r) { return c.all_gather(in.data(), out[r].data(), cap + 1); }),
-                    "capacity");
+      check_refused(3, "capacity", [&](comm_t& c, int r) { return c.all_gather(in.data(), out[r].data(), cap + 1); });
     }
   }
 
   TEST_CASE("a zero count is refused with invalid_argument") {
     std::vector<__half> in(8), out(2 * 8 + 8);
-    check_refused(refuse_everywhere(2, [&](comm_t& c, int) { return c.all_reduce(in.data(), out.data(), 0); }), "zero");
+    check_refused(2, "zero", [&](comm_t& c, int) { return c.all_reduce(in.data(), out.data(), 0); });
   }
 
   TEST_CASE("null input or output pointers are refused with invalid_argument") {
     // One buffer per rank: a refused call fills its output with the poison value (docs/api.md).
     std::vector<std::vector<__half>> buf(2, std::vector<__half>(64));
     SUBCASE("null input") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
-                      return c.all_reduce<ring>(static_cast<const __half*>(nullptr), buf[r].data(), 8);
-                    }),
-                    "null");
+      check_refused(2, "null", [&](comm_t& c, int r) {
+        return c.all_reduce<ring>(static_cast<const __half*>(nullptr), buf[r].data(), 8);
+      });
     }
     SUBCASE("null output") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
-                      return c.all_reduce(buf[r].data(), static_cast<__half*>(nullptr), 8);
-                    }),
-                    "null");
+      check_refused(2, "null", [&](comm_t& c, int r) {
+        return c.all_reduce(buf[r].data(), static_cast<__half*>(nullptr), 8);
+      });
     }
     SUBCASE("null all-gather input") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
-                      return c.all_gather(static_cast<const __half*>(nullptr), buf[r].data(), 8);
-                    }),
-                    "null");
+      check_refused(2, "null", [&](comm_t& c, int r) {
+        return c.all_gather(static_cast<const __half*>(nullptr), buf[r].data(), 8);
+      });
     }
   }
 
@@ -214,32 +183,27 @@ TEST_SUITE("host.input") {
     constexpr std::size_t count = 100;
     std::vector<std::vector<float>> buf(2, std::vector<float>(4 * count, 1.0f));
     SUBCASE("output one element above the input") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
-                      return c.all_reduce(buf[r].data(), buf[r].data() + 1, count);
-                    }),
-                    "overlap");
+      check_refused(2, "overlap", [&](comm_t& c, int r) {
+        return c.all_reduce(buf[r].data(), buf[r].data() + 1, count);
+      });
     }
     SUBCASE("output one element below the input") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
-                      return c.all_reduce(buf[r].data() + 1, buf[r].data(), count);
-                    }),
-                    "overlap");
+      check_refused(2, "overlap", [&](comm_t& c, int r) {
+        return c.all_reduce(buf[r].data() + 1, buf[r].data(), count);
+      });
     }
     SUBCASE("ring, overlapping by one element") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
-                      return c.all_reduce<ring>(buf[r].data(), buf[r].data() + count - 1, count);
-                    }),
-                    "overlap");
+      check_refused(2, "overlap", [&](comm_t& c, int r) {
+        return c.all_reduce<ring>(buf[r].data(), buf[r].data() + count - 1, count);
+      });
     }
     SUBCASE("all-gather in place (not offered)") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) { return c.all_gather(buf[r].data(), buf[r].data(), count); }),
-                    "overlap");
+      check_refused(2, "overlap", [&](comm_t& c, int r) { return c.all_gather(buf[r].data(), buf[r].data(), count); });
     }
     SUBCASE("all-gather input inside its output") {
-      check_refused(refuse_everywhere(2, [&](comm_t& c, int r) {
-                      return c.all_gather(buf[r].data() + r * count, buf[r].data(), count);
-                    }),
-                    "overlap");
+      check_refused(2, "overlap", [&](comm_t& c, int r) {
+        return c.all_gather(buf[r].data() + r * count, buf[r].data(), count);
+      });
     }
   }
 
@@ -429,54 +393,44 @@ TEST_SUITE("host.mismatch") {
   TEST_CASE("counts that differ between ranks are a mismatch on every rank, found quickly, then poisoned") {
     std::vector<float> in(256, 1.0f);
     std::vector<std::vector<float>> out(4, std::vector<float>(256));
-    const auto res = run_divergent(4, mismatch_options(), [&](comm_t& comm, int r) {
+    const auto res = check_mismatch(4, [&](comm_t& comm, int r) {
       return comm.all_reduce(in.data(), out[r].data(), r == 0 ? 100 : 200);
     });
-    check_never_a_wrong_answer(res);
-    check_reported_as_mismatch_everywhere(res);
     for (int r = 0; r < 4; ++r) CHECK(contains(res[r].error, "different collective"));
   }
 
   TEST_CASE("counts that differ in the last rank only are a mismatch on every rank") {
     std::vector<__nv_bfloat16> in(256, from_float<__nv_bfloat16>(1.0f));
     std::vector<std::vector<__nv_bfloat16>> out(3, std::vector<__nv_bfloat16>(256));
-    const auto res = run_divergent(3, mismatch_options(), [&](comm_t& comm, int r) {
+    check_mismatch(3, [&](comm_t& comm, int r) {
       return comm.all_reduce(in.data(), out[r].data(), r == 2 ? 17 : 16);
     });
-    check_never_a_wrong_answer(res);
-    check_reported_as_mismatch_everywhere(res);
   }
 
   TEST_CASE("a dtype that differs between ranks at the same byte count is a mismatch, never a wrong answer") {
     std::vector<float> in(256, 1.0f);
     std::vector<std::vector<float>> out(4, std::vector<float>(256));
-    const auto res = run_divergent(4, mismatch_options(), [&](comm_t& comm, int r) {
+    check_mismatch(4, [&](comm_t& comm, int r) {
       if (r == 1)
         return comm.all_reduce(reinterpret_cast<const __half*>(in.data()), reinterpret_cast<__half*>(out[r].data()), 200);
       return comm.all_reduce(in.data(), out[r].data(), 100);
     });
-    check_never_a_wrong_answer(res);
-    check_reported_as_mismatch_everywhere(res);
   }
 
   TEST_CASE("all-gather on one rank and all-reduce on the others is a mismatch, never a wrong answer") {
     std::vector<float> in(256, 1.0f);
     std::vector<std::vector<float>> out(3, std::vector<float>(3 * 256));
-    const auto res = run_divergent(3, mismatch_options(), [&](comm_t& comm, int r) {
+    check_mismatch(3, [&](comm_t& comm, int r) {
       return r == 2 ? comm.all_gather(in.data(), out[r].data(), 64) : comm.all_reduce(in.data(), out[r].data(), 64);
     });
-    check_never_a_wrong_answer(res);
-    check_reported_as_mismatch_everywhere(res);
   }
 
   TEST_CASE("ring: counts that differ between ranks are a mismatch on every rank, found quickly") {
     std::vector<float> in(256, 1.0f);
     std::vector<std::vector<float>> out(4, std::vector<float>(256));
-    const auto res = run_divergent(4, mismatch_options(), [&](comm_t& comm, int r) {
+    check_mismatch(4, [&](comm_t& comm, int r) {
       return comm.all_reduce<ring>(in.data(), out[r].data(), r == 0 ? 100 : 200);
     });
-    check_never_a_wrong_answer(res);
-    check_reported_as_mismatch_everywhere(res);
   }
 
   TEST_CASE("a dtype that one rank's build does not support makes its peers fail at once, not at the timeout") {
@@ -501,12 +455,10 @@ TEST_SUITE("host.mismatch") {
   TEST_CASE("an algorithm that differs between ranks at the same count is a mismatch, never a wrong answer") {
     std::vector<float> in(256, 1.0f);
     std::vector<std::vector<float>> out(4, std::vector<float>(256));
-    const auto res = run_divergent(4, mismatch_options(), [&](comm_t& comm, int r) {
+    check_mismatch(4, [&](comm_t& comm, int r) {
       return r == 0 ? comm.all_reduce<ring>(in.data(), out[r].data(), 100)
                     : comm.all_reduce<one_shot>(in.data(), out[r].data(), 100);
     });
-    check_never_a_wrong_answer(res);
-    check_reported_as_mismatch_everywhere(res);
   }
 }
 
@@ -544,12 +496,10 @@ TEST_SUITE("host.mismatch") {
   TEST_CASE("max on one rank and sum on the others is a mismatch naming both operators, never a wrong answer") {
     std::vector<float> in(256, 1.0f);
     std::vector<std::vector<float>> out(3, std::vector<float>(256));
-    const auto res = run_divergent<op_comm>(3, mismatch_options(), [&](op_comm& comm, int r) {
+    const auto res = check_mismatch<op_comm>(3, [&](op_comm& comm, int r) {
       return r == 1 ? comm.all_reduce_with<test_max>(in.data(), out[r].data(), 64)
                     : comm.all_reduce_with<reduce::sum<float>>(in.data(), out[r].data(), 64);
     });
-    check_never_a_wrong_answer(res);
-    check_reported_as_mismatch_everywhere(res);
     CHECK(contains(res[1].health.message, "this rank called all_reduce(one_shot, float, max, count 64)"));
     CHECK(contains(res[0].health.message, "this rank called all_reduce(one_shot, float, sum, count 64)"));
     // The rank that detected the mismatch first (there always is one: the others may learn it from its abort)

@@ -10,7 +10,6 @@
 #include "common.hpp"
 
 using namespace rtest;
-using comm_t = host::communicator<transport::loopback>;
 
 TEST_SUITE("host.bootstrap") {
   TEST_CASE("in_process all_gather delivers every rank's bytes in rank order, exchange after exchange") {

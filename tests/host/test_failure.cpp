@@ -14,19 +14,13 @@
 #include "common.hpp"
 
 using namespace rtest;
-using algorithm::one_shot;
-using algorithm::ring;
-using comm_t = host::communicator<transport::loopback>;
 
 namespace {
 
 constexpr double timeout_s = 0.5;
 
 options failure_options() {
-  options o;
-  o.capacity_bytes = 16 * 1024;
-  o.timeout_ns = static_cast<std::uint64_t>(timeout_s * 1e9);
-  return o;
+  return {.capacity_bytes = 16 * 1024, .timeout_ns = static_cast<std::uint64_t>(timeout_s * 1e9)};
 }
 
 struct survivor {
@@ -92,21 +86,28 @@ void check_survivor(const survivor& s, int expected_peer, std::uint32_t expected
   CHECK(s.later_seconds < 0.1);
 }
 
+/// Rank 3 of 4 returns after five collectives of A: ranks 0-2 each made the five, then named rank 3 and the
+/// sequence after them (check_survivor), and teardown returned (every thread joined).
+template <class A>
+std::vector<survivor> check_quitter_after_five(const options& o) {
+  double total = 0;
+  auto res = run_with_quitter<A>(4, 3, 5, 0, o, &total);
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(res[r].good == 5);
+    check_survivor(res[r], 3, o.first_sequence + 5);
+  }
+  CHECK(total < 5 * (timeout_s + 1.0));
+  return res;
+}
+
 }  // namespace
 
 TEST_SUITE("host.failure") {
   TEST_CASE("one_shot: a rank that returns after five collectives is reported by every other rank, by name and "
             "sequence, within the timeout") {
-    const options o = failure_options();
-    double total = 0;
-    const auto res = run_with_quitter<one_shot>(4, 3, 5, 0, o, &total);
-    for (int r = 0; r < 3; ++r) {
-      CAPTURE(r);
-      CHECK(res[r].good == 5);
-      check_survivor(res[r], 3, o.first_sequence + 5);
-    }
+    const auto res = check_quitter_after_five<one_shot>(failure_options());
     CHECK(res[3].good == 5);
-    CHECK(total < 5 * (timeout_s + 1.0));  // teardown returned: every thread joined
   }
 
   TEST_CASE("ring: a rank that returns after five collectives is named by every other rank within the bound") {
@@ -114,17 +115,9 @@ TEST_SUITE("host.failure") {
     // early as rank 0's, which waits for the quitter itself. Every survivor must still name the quitter (the
     // failure spreads through abort flags that carry the culprit), never a live neighbour — least of all
     // itself. Blame is decided by which deadline fires first, so the scenario runs several times.
-    const options o = failure_options();
     for (int round = 0; round < 6; ++round) {
       CAPTURE(round);
-      double total = 0;
-      const auto res = run_with_quitter<ring>(4, 3, 5, 0, o, &total);
-      for (int r = 0; r < 3; ++r) {
-        CAPTURE(r);
-        CHECK(res[r].good == 5);
-        check_survivor(res[r], 3, o.first_sequence + 5);
-      }
-      CHECK(total < 5 * (timeout_s + 1.0));
+      check_quitter_after_five<ring>(failure_options());
     }
   }
 

@@ -34,9 +34,7 @@
 #include "processes.hpp"
 
 using namespace rocenante;
-using rtest::all_output;
-using rtest::fnv;
-using rtest::run_world;
+using namespace rtest;
 
 namespace {
 
@@ -75,18 +73,6 @@ int rank_expect_failure() {
   return 0;
 }
 
-/// Inputs whose sums are exact in every dtype and every order: small integers.
-template <class T>
-T input(int rank, std::size_t i, int round) {
-  return reduce::sum<T>::from_accum(static_cast<float>((rank * 5 + static_cast<int>(i % 11) + round) % 13 - 6));
-}
-template <class T>
-float expected_sum(int n, std::size_t i, int round) {
-  float s = 0;
-  for (int q = 0; q < n; ++q) s += reduce::sum<T>::to_accum(input<T>(q, i, round));
-  return s;
-}
-
 /// One all-reduce or all-gather of `count` elements of T, checked exactly against the reference every rank can
 /// compute; returns an empty string or what was wrong, and folds the output bytes into `hash`.
 template <class T>
@@ -94,18 +80,12 @@ std::string one_call(host::selected_communicator& c, algorithm::algo a, bool gat
                      std::uint64_t& hash) {
   const int n = c.size(), me = c.rank();
   std::vector<T> in(count), out(gather ? count * n : count);
-  for (std::size_t i = 0; i < count; ++i) in[i] = input<T>(me, i, round);
+  for (std::size_t i = 0; i < count; ++i) in[i] = exact_input<T>(me, i, round);
   const status st = gather ? c.all_gather(in.data(), out.data(), count)
                     : a == algorithm::algo::ring ? c.all_reduce(in.data(), out.data(), count, algorithm::ring{})
                                                  : c.all_reduce(in.data(), out.data(), count, algorithm::one_shot{});
   if (st != status::ok) return std::string("status ") + to_string(st) + ": " + c.last_error();
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const float want = gather ? reduce::sum<T>::to_accum(input<T>(static_cast<int>(i / count), i % count, round))
-                              : expected_sum<T>(n, i, round);
-    if (reduce::sum<T>::to_accum(out[i]) != want)
-      return "element " + std::to_string(i) + " is " + std::to_string(reduce::sum<T>::to_accum(out[i])) + ", expected " +
-             std::to_string(want);
-  }
+  if (std::string wrong = check_exact(out.data(), n, count, round, gather); !wrong.empty()) return wrong;
   hash = fnv(out.data(), out.size() * sizeof(T), hash);
   return {};
 }
@@ -255,28 +235,31 @@ int rank_spark() {
   return 0;
 }
 
-int rank_main(const std::string& scenario) {
-  try {
-    if (scenario == "exchange") return rank_exchange();
-    if (scenario == "expect_failure") return rank_expect_failure();
-    if (scenario == "collectives") return rank_collectives();
-    if (scenario == "kill") return rank_kill();
-    if (scenario == "spark") return rank_spark();
-    if (scenario == "recover") return rank_recover();
-  } catch (const std::exception& e) {
-    std::printf("exception=%s\n", e.what());
-    return 2;
-  }
-  std::printf("unknown scenario %s\n", scenario.c_str());
-  return 64;
-}
-
 env::lookup vars(std::map<std::string, std::string> m) {
   auto held = std::make_shared<std::map<std::string, std::string>>(std::move(m));
   return [held](const char* k) -> const char* {
     auto it = held->find(k);
     return it == held->end() ? nullptr : it->second.c_str();
   };
+}
+
+using vars_of = std::map<std::string, std::string>;
+
+/// 4 "spark" ranks (rank_spark), with `common` and `per_rank(r)` set: every rank exits 0 and prints, for every
+/// key of `expect(r)`, that value.
+void check_topology(const vars_of& common, const std::function<vars_of(int)>& per_rank,
+                    const std::function<vars_of(int)>& expect) {
+  const auto rs = run_world("spark", 4, 4, common, per_rank);
+  INFO(all_output(rs));
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(rs[r].exit_code == 0);
+    for (const auto& kv : expect(r)) {
+      const std::string& key = kv.first;
+      CAPTURE(key);
+      CHECK(rs[r].value(key) == kv.second);
+    }
+  }
 }
 
 std::string config_error_of(std::map<std::string, std::string> m) {
@@ -359,22 +342,29 @@ TEST_SUITE("host.multiprocess.bootstrap") {
   }
 
   TEST_CASE("tcp_config_from_env: torchrun, srun and Open MPI variables; MASTER_PORT + 1; bad values name the variable") {
-    auto c = bootstrap::tcp_config_from_env(
-        vars({{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}, {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}}));
-    CHECK(c.host == "node0");
-    CHECK(c.port == 29501);
-    CHECK(c.rank == 3);
-    CHECK(c.size == 8);
-    CHECK(c.local_rank == 1);
-    c = bootstrap::tcp_config_from_env(vars({{"ROCENANTE_BOOTSTRAP", "10.0.0.1:4000"}, {"SLURM_PROCID", "2"},
-                                             {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"MASTER_PORT", "1"}}));
-    CHECK(c.host == "10.0.0.1");
-    CHECK(c.port == 4000);
-    CHECK(c.rank == 2);
-    CHECK(c.size == 4);
-    CHECK(c.local_rank == 0);
-    c = bootstrap::tcp_config_from_env(vars({{"ROCENANTE_BOOTSTRAP", "h:1"}, {"OMPI_COMM_WORLD_RANK", "1"},
-                                             {"OMPI_COMM_WORLD_SIZE", "2"}, {"ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "1234"}}));
+    struct launcher_case {  // a launcher's variables, and the configuration they must give
+      vars_of env;
+      std::string host;
+      int port, rank, size, local_rank;
+    };
+    const launcher_case launchers[] = {
+        {{{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}, {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}},
+         "node0", 29501, 3, 8, 1},
+        {{{"ROCENANTE_BOOTSTRAP", "10.0.0.1:4000"}, {"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
+          {"MASTER_PORT", "1"}},
+         "10.0.0.1", 4000, 2, 4, 0},
+    };
+    for (const launcher_case& l : launchers) {
+      CAPTURE(l.host);
+      const auto got = bootstrap::tcp_config_from_env(vars(l.env));
+      CHECK(got.host == l.host);
+      CHECK(got.port == l.port);
+      CHECK(got.rank == l.rank);
+      CHECK(got.size == l.size);
+      CHECK(got.local_rank == l.local_rank);
+    }
+    const auto c = bootstrap::tcp_config_from_env(vars({{"ROCENANTE_BOOTSTRAP", "h:1"}, {"OMPI_COMM_WORLD_RANK", "1"},
+                                                   {"OMPI_COMM_WORLD_SIZE", "2"}, {"ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "1234"}}));
     CHECK(c.rank == 1);
     CHECK(c.timeout == std::chrono::milliseconds(1234));
     CHECK(config_error_of({{"ROCENANTE_BOOTSTRAP", "node0"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}})
@@ -459,44 +449,32 @@ TEST_SUITE("host.multiprocess.recovery") {
 
 TEST_SUITE("host.multiprocess.topology") {
   TEST_CASE("DGX Spark shape: 4 processes, each device 0 of its own host: one rank per GPU, co-residency holds") {
-    const auto rs = run_world("spark", 4, 4, {{"TEST_GPU_UUID", "GB10-0000"}},
-                              [](int r) -> std::map<std::string, std::string> {
-                                return {{"ROCENANTE_HOST_ID", "spark-" + std::to_string(r)}};
-                              });
-    INFO(all_output(rs));
-    for (int r = 0; r < 4; ++r) {
-      CAPTURE(r);
-      CHECK(rs[r].exit_code == 0);
-      CHECK(rs[r].value("sharing") == "1");
-      CHECK(rs[r].value("one_host") == "0");
-      CHECK(rs[r].value("one_gpu") == "0");
-      CHECK(rs[r].value("in_process") == "1");
-      CHECK(rs[r].value("peer_ordinals") == "0");
-      CHECK(rs[r].value("first_remote") == (r == 0 ? "1" : "0"));
-      CHECK(rs[r].value("co_residency") == "ok");
-    }
+    check_topology({{"TEST_GPU_UUID", "GB10-0000"}},
+                   [](int r) { return vars_of{{"ROCENANTE_HOST_ID", "spark-" + std::to_string(r)}}; },
+                   [](int r) {
+                     return vars_of{{"sharing", "1"}, {"one_host", "0"}, {"one_gpu", "0"}, {"in_process", "1"},
+                                    {"peer_ordinals", "0"}, {"first_remote", r == 0 ? "1" : "0"}, {"co_residency", "ok"}};
+                   });
   }
 
   TEST_CASE("one node, two GPUs, two processes on each: ranks share by GPU UUID, and 4 x 16 CTAs on 48 SMs is refused") {
-    const auto rs = run_world("spark", 4, 4, {{"ROCENANTE_HOST_ID", "server"}},
-                              [](int r) -> std::map<std::string, std::string> {
-                                return {{"TEST_GPU_UUID", r < 2 ? "GPU-A" : "GPU-B"}};
-                              });
-    INFO(all_output(rs));
-    for (int r = 0; r < 4; ++r) {
-      CAPTURE(r);
-      CHECK(rs[r].exit_code == 0);
-      CHECK(rs[r].value("sharing") == "2");
-      CHECK(rs[r].value("one_host") == "1");
-      CHECK(rs[r].value("first_remote") == "-1");
-      CHECK(rs[r].value("co_residency") == "ok");  // 2 x 16 <= 48
-    }
+    check_topology({{"ROCENANTE_HOST_ID", "server"}},
+                   [](int r) { return vars_of{{"TEST_GPU_UUID", r < 2 ? "GPU-A" : "GPU-B"}}; },
+                   [](int) {  // co_residency: 2 x 16 <= 48
+                     return vars_of{{"sharing", "2"}, {"one_host", "1"}, {"first_remote", "-1"}, {"co_residency", "ok"}};
+                   });
     CHECK(gpu::co_residency_problem(4, 16, 48, 1).find("4 ranks share this GPU x 16 CTAs = 64 CTAs") != std::string::npos);
   }
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::string(argv[1]) == "--rank") return rank_main(argv[2]);
+  if (argc >= 3 && std::string(argv[1]) == "--rank")
+    return run_scenario(argv[2], {{"exchange", rank_exchange},
+                                  {"expect_failure", rank_expect_failure},
+                                  {"collectives", rank_collectives},
+                                  {"kill", rank_kill},
+                                  {"spark", rank_spark},
+                                  {"recover", rank_recover}});
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

@@ -4,59 +4,24 @@
 #include "reference_case.hpp"
 
 using namespace rtest;
-using rocenante::algorithm::one_shot;
 
-namespace {
-
-const int rank_counts[] = {2, 3, 4, 8};
-
-template <class T>
-void all_reduce_cases(bool multi_part, std::uint64_t id) {
-  for (int n : rank_counts) {
-    CAPTURE(n);
-    check_all_reduce_against_reference<one_shot, T>(n, reference_options(multi_part), id * 16 + n);
+// Case ids per dtype d (fp32 0, fp16 1, bf16 2): 3d + 1 one part, 3d + 2 three parts, 3d + 3 all-gather.
+TEST_SUITE("host.one_shot.dtypes") {
+  TEST_CASE_TEMPLATE("sum matches the float64 reference and the rank-order fp32 sum on every rank, in one part", T, float,
+                     __half, __nv_bfloat16) {
+    all_reduce_cases<one_shot, T>(false, 3 * dtype_index<T> + 1);
   }
-}
-
-template <class T>
-void all_gather_cases(std::uint64_t id) {
-  for (int n : rank_counts) {
-    CAPTURE(n);
-    check_all_gather<T>(n, reference_options(n % 2 == 1), id * 16 + n);
+  TEST_CASE_TEMPLATE("sum matches the float64 reference and the rank-order fp32 sum on every rank, split in three parts",
+                     T, float, __half, __nv_bfloat16) {
+    all_reduce_cases<one_shot, T>(true, 3 * dtype_index<T> + 2);
   }
-}
-
-}  // namespace
-
-TEST_SUITE("host.one_shot.fp32") {
-  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, in one part") {
-    all_reduce_cases<float>(false, 1);
-  }
-  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, split in three parts") {
-    all_reduce_cases<float>(true, 2);
-  }
-  TEST_CASE("all-gather concatenates the inputs in rank order, exactly, on every rank") { all_gather_cases<float>(3); }
-}
-
-TEST_SUITE("host.one_shot.fp16") {
-  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, in one part") {
-    all_reduce_cases<__half>(false, 4);
-  }
-  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, split in three parts") {
-    all_reduce_cases<__half>(true, 5);
-  }
-  TEST_CASE("all-gather concatenates the inputs in rank order, exactly, on every rank") { all_gather_cases<__half>(6); }
-}
-
-TEST_SUITE("host.one_shot.bf16") {
-  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, in one part") {
-    all_reduce_cases<__nv_bfloat16>(false, 7);
-  }
-  TEST_CASE("sum matches the float64 reference and the rank-order fp32 sum on every rank, split in three parts") {
-    all_reduce_cases<__nv_bfloat16>(true, 8);
-  }
-  TEST_CASE("all-gather concatenates the inputs in rank order, exactly, on every rank") {
-    all_gather_cases<__nv_bfloat16>(9);
+  TEST_CASE_TEMPLATE("all-gather concatenates the inputs in rank order, exactly, on every rank", T, float, __half,
+                     __nv_bfloat16) {
+    const std::uint64_t id = 3 * dtype_index<T> + 3;
+    for (int n : reference_rank_counts) {
+      CAPTURE(n);
+      check_all_gather<T>(n, reference_options(n % 2 == 1), id * 16 + n);
+    }
   }
 }
 

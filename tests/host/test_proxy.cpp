@@ -4,13 +4,12 @@
 // post every pending sequence when it resumes), a dead rank, and mixed back-to-back collectives (fewer than
 // the loopback stress: proxy mode costs ~5 ms a collective when 3 ranks and 3 proxy threads share 2 cores).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <optional>
 #include <thread>
 
 #include "reference_case.hpp"
 
 using namespace rtest;
-using algorithm::one_shot;
-using algorithm::ring;
 using proxy_comm = host::communicator<transport::loopback_proxy>;
 
 TEST_SUITE("host.proxy") {
@@ -51,17 +50,11 @@ TEST_SUITE("host.proxy") {
       out_a[r].assign(count, -1.0f);
       out_b[r].assign(count, -1.0f);
       boot.barrier();
-      std::thread resumer;
-      if (r == 0) {
-        comm.transport().pause();
-        resumer = std::thread([&comm] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          comm.transport().resume();
-        });
-      }
+      std::optional<paused_proxy> paused;  // rank 0's proxy, for 200 ms
+      if (r == 0) paused.emplace(comm.transport(), std::chrono::milliseconds(200));
       a[r] = comm.all_reduce(in_a.data(), out_a[r].data(), count);
       b[r] = comm.all_reduce<ring>(in_b.data(), out_b[r].data(), count);
-      if (resumer.joinable()) resumer.join();
+      paused.reset();
     });
     for (int r = 0; r < n; ++r) {
       CAPTURE(r);

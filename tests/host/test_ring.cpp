@@ -5,46 +5,16 @@
 #include "reference_case.hpp"
 
 using namespace rtest;
-using rocenante::algorithm::ring;
 
-namespace {
-
-const int rank_counts[] = {2, 3, 4, 8};
-
-template <class T>
-void all_reduce_cases(bool multi_part, std::uint64_t id) {
-  for (int n : rank_counts) {
-    CAPTURE(n);
-    check_all_reduce_against_reference<ring, T>(n, reference_options(multi_part), id * 16 + n);
+// Case ids per dtype d (fp32 0, fp16 1, bf16 2): 101 + 2d one part, 102 + 2d three parts.
+TEST_SUITE("host.ring.dtypes") {
+  TEST_CASE_TEMPLATE("sum matches the float64 reference and the ring-order fp32 sum on every rank, in one part", T, float,
+                     __half, __nv_bfloat16) {
+    all_reduce_cases<ring, T>(false, 101 + 2 * dtype_index<T>);
   }
-}
-
-}  // namespace
-
-TEST_SUITE("host.ring.fp32") {
-  TEST_CASE("sum matches the float64 reference and the ring-order fp32 sum on every rank, in one part") {
-    all_reduce_cases<float>(false, 101);
-  }
-  TEST_CASE("sum matches the float64 reference and the ring-order fp32 sum on every rank, split in three parts") {
-    all_reduce_cases<float>(true, 102);
-  }
-}
-
-TEST_SUITE("host.ring.fp16") {
-  TEST_CASE("sum matches the float64 reference and the ring-order fp32 sum on every rank, in one part") {
-    all_reduce_cases<__half>(false, 103);
-  }
-  TEST_CASE("sum matches the float64 reference and the ring-order fp32 sum on every rank, split in three parts") {
-    all_reduce_cases<__half>(true, 104);
-  }
-}
-
-TEST_SUITE("host.ring.bf16") {
-  TEST_CASE("sum matches the float64 reference and the ring-order fp32 sum on every rank, in one part") {
-    all_reduce_cases<__nv_bfloat16>(false, 105);
-  }
-  TEST_CASE("sum matches the float64 reference and the ring-order fp32 sum on every rank, split in three parts") {
-    all_reduce_cases<__nv_bfloat16>(true, 106);
+  TEST_CASE_TEMPLATE("sum matches the float64 reference and the ring-order fp32 sum on every rank, split in three parts",
+                     T, float, __half, __nv_bfloat16) {
+    all_reduce_cases<ring, T>(true, 102 + 2 * dtype_index<T>);
   }
 }
 

@@ -8,23 +8,21 @@
 #include "common.hpp"
 
 using namespace rtest;
-using algorithm::one_shot;
-using algorithm::ring;
-using comm_t = host::communicator<transport::loopback>;
 
 namespace {
 
 constexpr int calls = 8;
 
+/// 8 KiB capacity, up to 3 parts of at least 64 bytes, the first collective at sequence `first`.
+options three_part_options(std::uint32_t first) {
+  return {.capacity_bytes = 8 * 1024, .max_parts = 3, .min_part_bytes = 64, .timeout_ns = 30'000'000'000ull,
+          .first_sequence = first};
+}
+
 /// 3 ranks (not a power of two) and 3 parts, starting at `first`: 8 collectives alternating one_shot, ring
 /// and all-gather, with counts that change every call. Returns nothing; checks on the test thread.
 void run_across(std::uint32_t first, int n) {
-  options o;
-  o.capacity_bytes = 8 * 1024;
-  o.max_parts = 3;
-  o.min_part_bytes = 64;
-  o.first_sequence = first;
-  o.timeout_ns = 30'000'000'000ull;
+  const options o = three_part_options(first);
   struct record {
     std::uint32_t seq_before[calls];
     status st[calls];
@@ -90,12 +88,7 @@ TEST_SUITE("host.sequence") {
     // Call A (3 parts) at sequence 2 leaves make_flag(2, A) in parts 1 and 2 of slot 0 of each window. Then only
     // one-part calls run, for 2^32 calls: those at the wrap points are run for real, the stretches between them
     // jumped. At sequence 2 + 2^32 (= 2) a wait for part 2 of the same call A must not accept the old word.
-    options o;
-    o.capacity_bytes = 8 * 1024;
-    o.max_parts = 3;
-    o.min_part_bytes = 64;
-    o.first_sequence = 2;
-    o.timeout_ns = 30'000'000'000ull;
+    const options o = three_part_options(2);
     constexpr std::size_t big = 1024, small = 4;  // floats: 256 packets (3 parts), 1 packet (1 part)
     using R = reduce::sum<float>;
     static_assert(algorithm::part_count(big / reduce::lanes<R>, 64 / packet_bytes, 3) == 3);
@@ -164,10 +157,7 @@ TEST_SUITE("host.sequence") {
   }
 
   TEST_CASE("a failure after the wrap reports the wrapped sequence") {
-    options o;
-    o.capacity_bytes = 4096;
-    o.first_sequence = 0xfffffffeu;
-    o.timeout_ns = 300'000'000ull;
+    const options o{.capacity_bytes = 4096, .timeout_ns = 300'000'000ull, .first_sequence = 0xfffffffeu};
     std::vector<host::health> h(2);
     std::vector<status> st(2, status::internal);
     host::spawn_ranks(2, [&](bootstrap::in_process& b) {

@@ -14,8 +14,6 @@
 #include "reference_case.hpp"
 
 using namespace rtest;
-using algorithm::one_shot;
-using algorithm::ring;
 using socket_comm = host::communicator<transport::socket>;
 
 namespace {
@@ -287,38 +285,35 @@ TEST_SUITE("host.socket.config") {
 
   TEST_CASE("a bad connection card is refused naming the rank: magic, size, version, rank, window, port") {
     using transport::sock::card;
-    card good{};
-    good.magic = transport::sock::card_magic;
-    good.version = transport::sock::card_version;
-    good.size = sizeof(card);
-    good.rank = 2;
-    good.ok = 1;
-    good.window_bytes = 8192;
-    good.port = htons(4000);
+    const card good{.magic = transport::sock::card_magic, .version = transport::sock::card_version, .size = sizeof(card),
+                    .rank = 2, .ok = 1, .any = 0, .addr = 0, .port = htons(4000), .pad = 0, .window_bytes = 8192,
+                    .netns = 0, .nonce = 0, .ifname = {}, .error = {}};
     auto why = [](const card& c) { return transport::sock::validate_card(c, 2, 8192); };
     CHECK(why(good).empty());
-    card c = good;
-    c.magic ^= 1;
-    CHECK(why(c) == "rank 2 sent a socket connection card with a bad magic number (not RoCEnante, or corrupt)");
-    c = good;
-    c.size -= 8;
-    CHECK(contains(why(c), "rank 2 sent a socket connection card of"));
-    c = good;
-    c.version += 1;
-    CHECK(contains(why(c), "rank 2 speaks socket connection-card version"));
-    c = good;
-    c.rank = 3;
-    CHECK(why(c) == "rank 2's socket card claims rank 3");
-    c = good;
-    c.window_bytes = 4096;
-    CHECK(why(c) == "rank 2's window is 4096 bytes, this rank's 8192");
-    c = good;
-    c.port = 0;
-    CHECK(why(c) == "rank 2's socket card has no port");
-    c = good;
-    c.ok = 0;
-    c.window_bytes = 1;
-    CHECK(why(c).empty());  // a failed rank is reported with its own message, not as a mismatch
+    struct corruption {
+      const char* what;
+      void (*apply)(card&);
+      std::string message;  // what validate_card says: all of it (whole) or a part of it
+      bool whole;
+    };
+    const corruption corruptions[] = {
+        {"magic", [](card& c) { c.magic ^= 1; },
+         "rank 2 sent a socket connection card with a bad magic number (not RoCEnante, or corrupt)", true},
+        {"size", [](card& c) { c.size -= 8; }, "rank 2 sent a socket connection card of", false},
+        {"version", [](card& c) { c.version += 1; }, "rank 2 speaks socket connection-card version", false},
+        {"rank", [](card& c) { c.rank = 3; }, "rank 2's socket card claims rank 3", true},
+        {"window", [](card& c) { c.window_bytes = 4096; }, "rank 2's window is 4096 bytes, this rank's 8192", true},
+        {"port", [](card& c) { c.port = 0; }, "rank 2's socket card has no port", true},
+        // a failed rank is reported with its own message, not as a mismatch
+        {"failed rank", [](card& c) { c.ok = 0; c.window_bytes = 1; }, "", true},
+    };
+    for (const corruption& x : corruptions) {
+      CAPTURE(x.what);
+      card c = good;
+      x.apply(c);
+      if (x.whole) CHECK(why(c) == x.message);
+      else CHECK(contains(why(c), x.message));
+    }
   }
 
   TEST_CASE("a malformed frame header is refused: magic, slot, range past the slot, flag index") {

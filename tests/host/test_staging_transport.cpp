@@ -12,8 +12,6 @@
 #include "reference_case.hpp"
 
 using namespace rtest;
-using algorithm::one_shot;
-using algorithm::ring;
 
 namespace {
 

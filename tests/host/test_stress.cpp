@@ -8,7 +8,6 @@
 #include "common.hpp"
 
 using namespace rtest;
-using comm_t = host::communicator<transport::loopback>;
 
 namespace {
 

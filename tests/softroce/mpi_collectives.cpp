@@ -44,6 +44,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include <rocenante/bootstrap/mpi.hpp>
@@ -53,7 +54,7 @@
 #include "../host/common.hpp"
 
 using namespace rtest;
-using comm_t = host::communicator<transport::ibverbs>;
+using ib_comm = host::communicator<transport::ibverbs>;
 
 namespace {
 
@@ -171,7 +172,7 @@ int check_all_gather(Comm& comm, std::uint64_t case_id) {
 
 template <class Boot>
 int run_correctness(Boot& boot, const char* how) {
-  comm_t comm(boot, test_options());
+  ib_comm comm(boot, test_options());
   if (g_rank == 0)
     std::printf("ranks %d, bootstrap %s, rank 0 devices: %s, path MTU to rank 1: %d\n", g_size, how,
                 comm.transport().describe().c_str(), comm.transport().path_mtu(0, 1));
@@ -221,7 +222,7 @@ int mode_correctness(bool use_callback) {
 // ---- loss --------------------------------------------------------------------------------------------------
 
 /// One exact collective of a kind and size drawn from `gen` (same on every rank). Returns "" or what was wrong.
-std::string exact_call(comm_t& comm, std::mt19937& gen, int it, status& s, std::vector<float>& in,
+std::string exact_call(ib_comm& comm, std::mt19937& gen, int it, status& s, std::vector<float>& in,
                        std::vector<float>& out) {
   const unsigned what = gen() % 3;
   const std::size_t count = gen() % 4 == 0 ? 1 + gen() % 1024 : 1 + gen() % 64;
@@ -255,7 +256,7 @@ int mode_loss(long target, std::uint64_t timeout_ms) {
   const std::uint64_t t0 = mono_ns();
   while (ok_calls < target && fail_stops < 20) {
     bootstrap::mpi boot;
-    comm_t comm(boot, o);
+    ib_comm comm(boot, o);
     int failed = 0;
     while (ok_calls < target) {
       std::mt19937 gen(static_cast<std::uint32_t>(it) * 2654435761u + 17u);
@@ -317,7 +318,7 @@ int mode_kill(int victim, long at, std::uint64_t timeout_ms, const std::string& 
   options o = test_options();
   o.timeout_ns = timeout_ms * 1'000'000ull;
   bootstrap::mpi boot;
-  auto comm = std::make_unique<comm_t>(boot, o);
+  auto comm = std::make_unique<ib_comm>(boot, o);
   std::vector<float> in(1024, 1.0f), out(1024);
   MPI_Barrier(MPI_COMM_WORLD);
   for (long it = 0;; ++it) {
@@ -387,7 +388,7 @@ int mode_cut(int victim, long at, const std::string& cmd) {
   options o = test_options();
   o.timeout_ns = 30'000'000'000ull;
   bootstrap::mpi boot;
-  auto comm = std::make_unique<comm_t>(boot, o);
+  auto comm = std::make_unique<ib_comm>(boot, o);
   std::vector<float> in(1024, 1.0f), out(1024);
   MPI_Barrier(MPI_COMM_WORLD);
   double t_cut = 0, t_fail = 0;
@@ -441,7 +442,7 @@ int mode_stop() {
   options o = test_options();
   o.timeout_ns = 30'000'000'000ull;
   bootstrap::mpi boot;
-  comm_t comm(boot, o);
+  ib_comm comm(boot, o);
   constexpr std::size_t count = 1000;
   // (a) Rank 0's proxy paused before collective A: A completes on rank 0 (its peers' proxies deliver), rank 0
   // enters B, and both A's and B's descriptors wait behind the paused proxy; its peers still wait in A. On resume
@@ -450,17 +451,11 @@ int mode_stop() {
     std::vector<float> in_a(count, static_cast<float>(g_rank + 1)), in_b(count, static_cast<float>(10 * (g_rank + 1)));
     std::vector<float> out_a(count, -1), out_b(count, -1);
     MPI_Barrier(MPI_COMM_WORLD);
-    std::thread resumer;
-    if (g_rank == 0) {
-      comm.transport().pause();
-      resumer = std::thread([&comm] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        comm.transport().resume();
-      });
-    }
+    std::optional<rtest::paused_proxy> paused;  // rank 0's proxy, for 500 ms
+    if (g_rank == 0) paused.emplace(comm.transport(), std::chrono::milliseconds(500));
     const status a = comm.all_reduce(in_a.data(), out_a.data(), count);
     const status b = comm.all_reduce<algorithm::ring>(in_b.data(), out_b.data(), count);
-    if (resumer.joinable()) resumer.join();
+    paused.reset();
     const float sa = static_cast<float>(g_size * (g_size + 1) / 2), sb = 10 * sa;
     check(a == status::ok && b == status::ok, std::string("paused proxy: statuses ") + to_string(a) + ", " + to_string(b) +
                                                    " " + comm.last_error());
@@ -518,7 +513,7 @@ int mode_latency(int iterations, const std::vector<std::size_t>& sizes) {
   o.max_parts = 1;
   o.min_part_bytes = 64 * 1024;
   bootstrap::mpi boot;
-  comm_t comm(boot, o);
+  ib_comm comm(boot, o);
   std::string json;
   for (std::size_t bytes : sizes) {
     const std::size_t count = std::max<std::size_t>(1, bytes / 4);

@@ -13,10 +13,6 @@ unset ROCENANTE_TRANSPORT ROCENANTE_ALGO
 # and 1 MiB one_shot: 3 runs of 3; docs/results/softroce-2026-12-03/perf-mpirun-a974413/README.md). 18 = 1.07 s.
 export ROCENANTE_IB_TIMEOUT=18
 n=$SOFTROCE_RANKS
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "PASS $*"; }
-ko() { fail=$((fail + 1)); echo "FAIL $*"; }
-has() { grep -qF -- "$2" <<<"$1"; }
 run03() { # run03 NP: the README's command
   timeout --kill-after=5 600 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1" \
     "$SOFTROCE_SRC/rank-env.sh" "$SOFTROCE_EXAMPLE03"
@@ -47,5 +43,4 @@ has "$out" ": PASS" && ko "forced nccl: some rank printed PASS" || ok "forced nc
 for r in 0 1; do
   has "$out" "rank $r/2: FAIL: " && ok "forced nccl: rank $r prints FAIL with the set-up error" || ko "forced nccl: rank $r printed no FAIL line"
 done
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+summary

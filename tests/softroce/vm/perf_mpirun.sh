@@ -9,10 +9,6 @@
 . "$(dirname "$0")/common.sh"
 : "${SOFTROCE_PERF:?}"
 unset ROCENANTE_TRANSPORT ROCENANTE_ALGO
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "PASS $*"; }
-ko() { fail=$((fail + 1)); echo "FAIL $*"; }
-has() { grep -qF -- "$2" <<<"$1"; }
 perf() { # perf NP ARGS...: the documented command
   local np=$1
   shift
@@ -70,5 +66,4 @@ awk '$3 == "bfloat16" && $5 == "ring" && $10 != "0" { found = 1 } END { exit !fo
   ok "corrupted rank 1: a nonzero #wrong in the table" || ko "corrupted rank 1: no row counted it"
 has "$out" "# Out of bounds values : " && has "$out" " FAILED" && ok "corrupted rank 1: trailer FAILED" ||
   ko "corrupted rank 1: trailer not FAILED"
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+summary

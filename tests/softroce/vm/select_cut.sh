@@ -1,10 +1,9 @@
 # tests/softroce/vm/select_cut.sh — inside the VM (4 ranks x 1 device): the ibverbs transport's start-up probe
 # (one signalled zero-length RDMA WRITE per queue pair, transport::ibverbs::reachable) finds a cut pair, and
 # host::selected_communicator turns it into the connectivity report: ring allowed, one_shot refused.
-# The cut: policy-routing blackhole rules between ranks 0 and 2 (198.18.0.1 <-> 198.18.0.3), both ways. The VM's
-# initramfs has no tc classifier modules (only sch_netem), and netem on a veth would cut every peer of that rank;
-# a blackhole rule drops exactly one pair, like a dead switch port between two nodes. 0 and 2 are not ring
-# neighbours at 4 ranks (0-1-2-3-0), so the ring still closes.
+# The cut: blackhole rules between ranks 0 and 2 (198.18.0.1 <-> 198.18.0.3), both ways (common.sh's cut_pair): exactly
+# one pair dropped, like a dead switch port between two nodes. 0 and 2 are not ring neighbours at 4 ranks
+# (0-1-2-3-0), so the ring still closes.
 #   1. auto:                 every rank logs "pairs that failed: 0-2" and "ring only", the all-reduce (ring) is exact
 #   2. ring named:           exact on every rank
 #   3. one_shot named:       refused on every rank (not_supported, naming the pair), nothing hangs
@@ -14,17 +13,8 @@ export ROCENANTE_DEBUG=INFO
 unset ROCENANTE_TRANSPORT ROCENANTE_ALGO
 n=$SOFTROCE_RANKS
 [ "$n" = 4 ] || { echo "select_cut.sh needs 4 ranks"; exit 1; }
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "PASS $*"; }
-ko() { fail=$((fail + 1)); echo "FAIL $*"; }
-has() { grep -qF -- "$2" <<<"$1"; }
-ranks() { seq 0 $((n - 1)); }
 
-ip rule add pref 5 from 198.18.0.1 to 198.18.0.3 blackhole
-ip rule add pref 6 from 198.18.0.3 to 198.18.0.1 blackhole
-ip rule add pref 7 to 198.18.0.3 iif r0 blackhole
-ip rule add pref 8 to 198.18.0.1 iif r2 blackhole
-ip rule show | sed 's/^/    rule: /' | head -6
+cut_pair 0 2
 
 # 1. auto
 out=$(mpi "$n" select 2>&1); rc=$?
@@ -69,6 +59,5 @@ for r in $(ranks); do
     ok "rank $r: set-up refuses one_shot naming 0-2" || ko "rank $r: set-up did not refuse one_shot as expected"
 done
 
-for p in 5 6 7 8; do ip rule del pref $p; done
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+uncut_pair
+summary

@@ -1,8 +1,8 @@
 # tests/softroce/vm/select_cut_neighbours.sh — inside the VM (4 ranks x 1 device): a cut between ring NEIGHBOURS
 # (ranks 0 and 1) leaves ibverbs unusable — not even the ring closes — and every rank falls back to the socket
 # transport together.
-# The cut: policy-routing blackhole rules between 198.18.0.1 and 198.18.0.2, both ways, as select_cut.sh does for
-# 0-2. The ibverbs transport's start-up probe (one signalled zero-length RDMA WRITE per queue pair) marks the pair;
+# The cut: blackhole rules between 198.18.0.1 and 198.18.0.2, both ways (common.sh's cut_pair), as select_cut.sh
+# does for 0-2. The ibverbs transport's start-up probe (one signalled zero-length RDMA WRITE per queue pair) marks the pair;
 # host::selected_communicator's connectivity report finds ring neighbours that do not connect, marks ibverbs
 # unusable on every rank and moves every rank to the next candidate. The socket transport connects the ranks over
 # 127.0.0.1: all ranks share the VM's one network namespace, so its traffic never takes the blackholed
@@ -17,17 +17,8 @@ export ROCENANTE_DEBUG=INFO
 unset ROCENANTE_TRANSPORT ROCENANTE_ALGO
 n=$SOFTROCE_RANKS
 [ "$n" = 4 ] || { echo "select_cut_neighbours.sh needs 4 ranks"; exit 1; }
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "PASS $*"; }
-ko() { fail=$((fail + 1)); echo "FAIL $*"; }
-has() { grep -qF -- "$2" <<<"$1"; }
-ranks() { seq 0 $((n - 1)); }
 
-ip rule add pref 5 from 198.18.0.1 to 198.18.0.2 blackhole
-ip rule add pref 6 from 198.18.0.2 to 198.18.0.1 blackhole
-ip rule add pref 7 to 198.18.0.2 iif r0 blackhole
-ip rule add pref 8 to 198.18.0.1 iif r1 blackhole
-ip rule show | sed 's/^/    rule: /' | head -6
+cut_pair 0 1
 
 # 1. auto
 out=$(mpi "$n" select 2>&1); rc=$?
@@ -42,12 +33,7 @@ for r in $(ranks); do
   else
     ko "rank $r: log does not name pair 0-1 and the fallback to socket"
   fi
-  if has "$out" "PASS rank $r: auto all-reduce of 1000 fp32 on transport socket exact" &&
-     has "$out" "PASS rank $r: 32 collectives after start-up on transport socket exact and identical on every rank"; then
-    ok "rank $r: all-reduce and 32 collectives after start-up on socket exact"
-  else
-    ko "rank $r: collectives on socket not exact"
-  fi
+  select_collectives_on_socket "$out" "$r"
 done
 has "$out" "PASS select: 0 failed check(s) over $n ranks" && ok "no failed check on any rank" || ko "failed checks"
 
@@ -60,6 +46,5 @@ for r in $(ranks); do
     ko "rank $r: ring not exact on socket"
 done
 
-for p in 5 6 7 8; do ip rule del pref $p; done
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+uncut_pair
+summary
