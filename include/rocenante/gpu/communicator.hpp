@@ -284,10 +284,10 @@ class communicator {
   /// A collective launched on another stream than this rank's previous collective is launched without the attribute
   /// (stream order alone): on the H200 a rank whose collectives alternated between two eagerly launched streams,
   /// ordered by cudaStreamWaitEvent, got wrong results with programmatic launch on every launch (tests/gpu:
-  /// "collectives alternating between two eagerly launched streams", ROCENANTE_TEST_PDL=1) — the cross-stream wait
-  /// did not hold the early launch back; the cause is not yet measured (docs/design.md §2, programmatic launch).
+  /// "collectives alternating between two eagerly launched streams", ROCENANTE_TEST_PDL=1) once; that result has not
+  /// been reproduced since, with or without this rule, so its cause is unknown (docs/design.md §1.4).
   /// Consecutive collectives on one stream, and graphs captured from one stream, keep it. Why still opt-in: the
-  /// same-stream rule has not yet run on a GPU.
+  /// whole gpu and multiprocess suites have not yet run with it on.
   void set_programmatic_launch(bool on) { pdl_ = on; }
   bool programmatic_launch() const { return pdl_; }
 
