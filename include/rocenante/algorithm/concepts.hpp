@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "../config.hpp"
+#include "../reduce/packet.hpp"
 
 namespace rocenante::algorithm {
 
@@ -49,6 +50,16 @@ struct no_gate {
 /// apply an activation). It runs where the final sum is formed (every rank in one_shot, the chunk's owner in
 /// ring), so every rank still ends with identical bytes, provided the epilogue is a pure function of its
 /// arguments and of data identical on every rank. Lanes past `count` are computed and then discarded.
+/// Where every all-reduce forms packet `i` of its result: `epi` on the packet's fp32 sums `acc` (which it may
+/// change), then the single rounding to the element type, stored to `out` (`count` elements).
+template <reduce::reduction R, class Epilogue>
+ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void store_result(typename R::value_type* out, std::uint64_t i,
+                                                              std::uint64_t count, reduce::accum_packet<R>& acc,
+                                                              const Epilogue& epi) {
+  epi(i * reduce::lanes<R>, acc);
+  reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+}
+
 template <class A>
 concept algorithm = requires(int n, std::uint64_t bytes) {
   { A::name } -> std::convertible_to<const char*>;

@@ -186,12 +186,9 @@ struct one_shot {
         sum_groups(std::integral_constant<int, 4>{});
       else
         sum_groups(std::integral_constant<int, 8>{});
-      epi(i * reduce::lanes<R>, acc);
-      reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+      store_result<R>(out, i, count, acc, epi);
     }
-    s.trace(5);
-    s.finish(parts);
-    s.trace(6);
+    finish_traced(s, parts);
     return true;
   }
 #endif
@@ -262,8 +259,7 @@ struct one_shot {
       for (int u = 0; u < reduce_unroll; ++u) {
         const std::uint64_t i = i0 + u * step;
         if (i >= pr.end) continue;
-        epi(i * reduce::lanes<R>, acc[u]);
-        reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc[u]));
+        store_result<R>(out, i, count, acc[u], epi);
       }
     }
   }
@@ -362,6 +358,14 @@ struct one_shot {
 
  private:
 #if ROCENANTE_DEVICE_PASS
+  /// session::finish between the trace points 5 and 6 that the decode-size paths record (ROCENANTE_TRACE_PHASES).
+  template <class Session>
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE void finish_traced(Session& s, std::uint32_t parts) {
+    s.trace(5);
+    s.finish(parts);
+    s.trace(6);
+  }
+
   /// One LL line: 8 payload bytes, each 4-byte word followed by the call's flag — two 8-byte {data, flag} words,
   /// stored and loaded as the two 64-bit elements of one 16-byte access. Each element is an aligned 64-bit access,
   /// so its data and flag arrive together (the memory model's single-copy atomicity of an aligned 8-byte access;
@@ -503,13 +507,8 @@ struct one_shot {
     if (team.thread() == 0 && ok) ok = s.accept_abort_word(abort_channel, abort_word);
     s.trace(4);
     if (!s.agree(ok)) return false;
-    if (mine) {
-      epi(i * reduce::lanes<R>, acc);
-      reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
-    }
-    s.trace(5);
-    s.finish(parts);
-    s.trace(6);
+    if (mine) store_result<R>(out, i, count, acc, epi);
+    finish_traced(s, parts);
     return true;
   }
 #endif

@@ -100,8 +100,7 @@ struct ring {
     if (n == 1) {
       for (std::uint64_t i = sub.begin + team.thread(); i < sub.end && i < packets; i += team.size()) {
         A acc = reduce::widen<R>(reduce::load_user<R>(in, i, count));
-        epi(i * reduce::lanes<R>, acc);
-        reduce::store_user<R>(out, i, count, reduce::narrow<R>(acc));
+        store_result<R>(out, i, count, acc, epi);
       }
       s.finish(parts);
       return true;

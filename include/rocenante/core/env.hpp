@@ -40,25 +40,16 @@ enum class transport_choice : std::uint8_t { automatic = 0, ibverbs = 1, nccl = 
 /// ROCENANTE_ALGO: the algorithm of calls that do not name one. `automatic`: algorithm/auto.hpp's table.
 enum class algo_choice : std::uint8_t { automatic = 0, one_shot = 1, ring = 2 };
 
-inline const char* to_string(transport_choice t) {
-  switch (t) {
-    case transport_choice::automatic: return "auto";
-    case transport_choice::ibverbs: return "ibverbs";
-    case transport_choice::nccl: return "nccl";
-    case transport_choice::loopback: return "loopback";
-    case transport_choice::socket: return "socket";
-    case transport_choice::cuda_ipc: return "cuda_ipc";
-  }
-  return "?";
-}
-inline const char* to_string(algo_choice a) {
-  switch (a) {
-    case algo_choice::automatic: return "auto";
-    case algo_choice::one_shot: return "one_shot";
-    case algo_choice::ring: return "ring";
-  }
-  return "?";
-}
+/// The keywords of ROCENANTE_TRANSPORT and ROCENANTE_ALGO (case-insensitive), in the order error messages list them.
+inline constexpr rocenante::detail::keyword<transport_choice> transport_keywords[] = {
+    {"auto", transport_choice::automatic}, {"ibverbs", transport_choice::ibverbs},
+    {"cuda_ipc", transport_choice::cuda_ipc}, {"socket", transport_choice::socket},
+    {"nccl", transport_choice::nccl},         {"loopback", transport_choice::loopback}};
+inline constexpr rocenante::detail::keyword<algo_choice> algo_keywords[] = {
+    {"auto", algo_choice::automatic}, {"one_shot", algo_choice::one_shot}, {"ring", algo_choice::ring}};
+
+inline const char* to_string(transport_choice t) { return rocenante::detail::keyword_text(transport_keywords, t); }
+inline const char* to_string(algo_choice a) { return rocenante::detail::keyword_text(algo_keywords, a); }
 
 /// Most devices ROCENANTE_IB_HCA may name (the ibverbs transport's ib::max_devices; a host test checks both agree).
 inline constexpr int max_ib_devices = 4;
@@ -67,11 +58,6 @@ inline constexpr int max_ib_devices = 4;
 using lookup = std::function<const char*(const char*)>;
 
 namespace detail {
-inline std::string lower(std::string s) {
-  for (char& c : s)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return s;
-}
 inline std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t");
   if (b == std::string::npos) return {};
@@ -209,36 +195,18 @@ struct settings {
       return t;
     };
     settings s;
-    if (auto v = fetch("ROCENANTE_TRANSPORT")) {
-      const std::string k = detail::lower(*v);
-      if (k == "auto") s.transport = transport_choice::automatic;
-      else if (k == "ibverbs") s.transport = transport_choice::ibverbs;
-      else if (k == "nccl") s.transport = transport_choice::nccl;
-      else if (k == "loopback") s.transport = transport_choice::loopback;
-      else if (k == "socket") s.transport = transport_choice::socket;
-      else if (k == "cuda_ipc") s.transport = transport_choice::cuda_ipc;
-      else throw config_error("ROCENANTE_TRANSPORT='" + *v + "' is not one of auto, ibverbs, cuda_ipc, socket, nccl, loopback");
-    }
-    if (auto v = fetch("ROCENANTE_ALGO")) {
-      const std::string k = detail::lower(*v);
-      if (k == "auto") s.algo = algo_choice::automatic;
-      else if (k == "one_shot") s.algo = algo_choice::one_shot;
-      else if (k == "ring") s.algo = algo_choice::ring;
-      else throw config_error("ROCENANTE_ALGO='" + *v + "' is not one of auto, one_shot, ring");
-    }
+    if (auto v = fetch("ROCENANTE_TRANSPORT"))
+      s.transport = rocenante::detail::parse_keyword(transport_keywords, "ROCENANTE_TRANSPORT", *v);
+    if (auto v = fetch("ROCENANTE_ALGO"))
+      s.algo = rocenante::detail::parse_keyword(algo_keywords, "ROCENANTE_ALGO", *v);
     if (auto v = fetch("ROCENANTE_IB_HCA")) s.ib_hca = parse_ib_hca(*v);
     if (auto v = fetch("ROCENANTE_IB_GID_INDEX"))
       s.ib_gid_index = static_cast<int>(detail::parse_int("ROCENANTE_IB_GID_INDEX", *v, 0, 65535));
     if (auto v = fetch("ROCENANTE_TIMEOUT_MS"))
       s.timeout_ms = static_cast<std::uint64_t>(detail::parse_int("ROCENANTE_TIMEOUT_MS", *v, 1, 3'600'000));
     if (auto v = fetch("ROCENANTE_SOCKET_IFNAME")) s.socket_if = parse_socket_ifname(*v);
-    if (auto v = fetch("ROCENANTE_DEBUG")) {
-      const std::string k = detail::lower(*v);
-      if (k == "none") s.debug = log_level::none;
-      else if (k == "warn") s.debug = log_level::warn;
-      else if (k == "info") s.debug = log_level::info;
-      else throw config_error("ROCENANTE_DEBUG='" + *v + "' is not one of NONE, WARN, INFO");
-    }
+    if (auto v = fetch("ROCENANTE_DEBUG"))
+      s.debug = rocenante::detail::parse_keyword(log_level_keywords, "ROCENANTE_DEBUG", *v);
     return s;
   }
 

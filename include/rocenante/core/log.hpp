@@ -17,18 +17,17 @@
 #include <string>
 #include <utility>
 
+#include "keywords.hpp"
+
 namespace rocenante {
 
 enum class log_level : std::uint8_t { none = 0, warn = 1, info = 2 };
 
-inline const char* to_string(log_level l) {
-  switch (l) {
-    case log_level::none: return "NONE";
-    case log_level::warn: return "WARN";
-    case log_level::info: return "INFO";
-  }
-  return "?";
-}
+/// ROCENANTE_DEBUG's keywords (core/env.hpp), also the names log lines print.
+inline constexpr detail::keyword<log_level> log_level_keywords[] = {
+    {"NONE", log_level::none}, {"WARN", log_level::warn}, {"INFO", log_level::info}};
+
+inline const char* to_string(log_level l) { return detail::keyword_text(log_level_keywords, l); }
 
 namespace detail {
 struct log_state {

@@ -63,16 +63,7 @@ class selected_communicator : public select_detail::gpu_base {
   /// usable by every rank; a forced one failed: the message names the ranks and their reasons).
   template <bootstrap::bootstrap B>
   selected_communicator(B& boot, const options& opts, host::select_config cfg = {}) {
-    bootstrap::bootstrap_ref b(boot);
-    host::vote_table t = host::vote_probes(b, cfg, host::executor::gpu);
-    const options o = t.settings.apply(opts);
-    rank_ = b.rank();
-    size_ = b.size();
-    sel_ = host::settle(
-        b, t, cfg, [&](host::transport_kind k) { build(b, k, o); }, [&] { comm_ = std::monostate{}; },
-        [&](host::transport_kind k) { return transport_reachable(k); },
-        [&](const host::connectivity_report& conn) { return self_test(conn, b.rank(), b.size(), o.capacity_bytes); });
-    host::log_decision(t, sel_, rank_, size_);
+    select_and_build(*this, bootstrap::bootstrap_ref(boot), opts, cfg, host::executor::gpu);
   }
 
   /// All-reduce on `stream` with the configured algorithm (ROCENANTE_ALGO; auto: by size and rank count).
@@ -99,6 +90,8 @@ class selected_communicator : public select_detail::gpu_base {
   }
 
  private:
+  friend select_detail::gpu_base;  // select_and_build() calls build and self_test
+
   void build(bootstrap::bootstrap_ref b, host::transport_kind k, const options& o) {
     switch (k) {
       case host::transport_kind::cuda_ipc: comm_ = std::make_unique<ipc_comm>(b, o); return;
@@ -112,20 +105,12 @@ class selected_communicator : public select_detail::gpu_base {
     throw transport_error(std::string("transport ") + host::to_string(k) + " cannot be built by the GPU executor");
   }
 
-  /// The chosen transport's own per-pair probe (host::selected_base::reachable_of); empty: every pair connects.
-  std::function<bool(int)> transport_reachable(host::transport_kind k) {
-    if (k == host::transport_kind::socket) return reachable_of<socket_comm>();
-#if ROCENANTE_HAS_IBVERBS
-    if (k == host::transport_kind::ibverbs) return reachable_of<ibverbs_comm>();
-#endif
-    return {};
-  }
-
   /// Start-up all-reduce of every allowed algorithm on the GPU, checked exactly (small integers: exact in fp32 in
   /// any order, so every rank computes the reference itself and a match on every rank is byte-identical).
-  std::string self_test(const host::connectivity_report& conn, int me, int n, std::uint64_t capacity) {
+  std::string self_test(const host::connectivity_report& conn, const options& o) {
+    const int me = rank_, n = size_;
     std::size_t count = host::self_test_count(n);
-    if (count * sizeof(float) > capacity) count = capacity / sizeof(float);
+    if (count * sizeof(float) > o.capacity_bytes) count = o.capacity_bytes / sizeof(float);
     std::vector<float> in(count), out(count);
     for (std::size_t i = 0; i < count; ++i) in[i] = host::self_test_value(me, i);
     float *din = nullptr, *dout = nullptr;

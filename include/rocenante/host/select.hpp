@@ -700,14 +700,38 @@ class selected_base {
     return st;
   }
 
-  /// The transport's own per-pair probe, `bool reachable(int peer)` (ibverbs: a signalled zero-length RDMA WRITE
-  /// per queue pair at set-up; socket: both connections of the pair established at set-up; this rank's view,
-  /// gathered by gather_connectivity), when Comm was built and its transport has one; else empty (every pair).
-  template <class Comm>
-  std::function<bool(int)> reachable_of() {
-    if constexpr (requires(Comm& c) { { c.transport().reachable(0) } -> std::convertible_to<bool>; })
-      if (Comm* c = get<Comm>()) return [c](int q) { return static_cast<bool>(c->transport().reachable(q)); };
-    return {};
+  /// What every selected communicator's constructor does, `self` being that communicator: the vote, then settle
+  /// (`self.build(b, kind, options)` constructs a candidate into comm_, `self.self_test(conn, options)` runs the
+  /// start-up collective on it and says what went wrong), then the decision's log line.
+  template <class Self>
+  void select_and_build(Self& self, bootstrap::bootstrap_ref b, const options& opts, const select_config& cfg,
+                        executor e) {
+    vote_table t = vote_probes(b, cfg, e);
+    const options o = t.settings.apply(opts);
+    rank_ = b.rank();
+    size_ = b.size();
+    sel_ = settle(
+        b, t, cfg, [&](transport_kind k) { self.build(b, k, o); }, [&] { comm_ = std::monostate{}; },
+        [&](transport_kind) { return built_reachable(); },
+        [&](const connectivity_report& conn) { return self.self_test(conn, o); });
+    log_decision(t, sel_, rank_, size_);
+  }
+
+  /// The built communicator's transport's own per-pair probe, `bool reachable(int peer)` (ibverbs: a signalled
+  /// zero-length RDMA WRITE per queue pair at set-up; socket: both connections of the pair established at set-up;
+  /// this rank's view, gathered by gather_connectivity); empty (every pair) when its transport has none.
+  std::function<bool(int)> built_reachable() {
+    std::function<bool(int)> reach;
+    std::visit(
+        [&](auto& p) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(p)>, std::monostate>) {
+            using comm_type = typename std::decay_t<decltype(p)>::element_type;
+            if constexpr (requires(comm_type& c) { { c.transport().reachable(0) } -> std::convertible_to<bool>; })
+              reach = [c = p.get()](int q) { return static_cast<bool>(c->transport().reachable(q)); };
+          }
+        },
+        comm_);
+    return reach;
   }
 
   std::variant<std::monostate, std::unique_ptr<Comms>...> comm_;
@@ -766,16 +790,7 @@ class selected_communicator : public select_detail::host_base {
 
   template <bootstrap::bootstrap B>
   selected_communicator(B& boot, const options& opts, select_config cfg = {}) {
-    bootstrap::bootstrap_ref b(boot);
-    vote_table t = vote_probes(b, cfg, executor::host);
-    const options o = t.settings.apply(opts);
-    sel_ = settle(
-        b, t, cfg, [&](transport_kind k) { build(b, k, o); }, [&] { comm_ = std::monostate{}; },
-        [&](transport_kind k) { return transport_reachable(k); },
-        [&](const connectivity_report& conn) { return self_test(conn, b.rank(), b.size()); });
-    rank_ = b.rank();
-    size_ = b.size();
-    log_decision(t, sel_, rank_, size_);
+    select_and_build(*this, bootstrap::bootstrap_ref(boot), opts, cfg, executor::host);
   }
 
   /// All-reduce with the configured algorithm (ROCENANTE_ALGO; auto: by size and rank count).
@@ -842,6 +857,8 @@ class selected_communicator : public select_detail::host_base {
   }
 
  private:
+  friend select_detail::host_base;  // select_and_build() calls build and self_test
+
   void build(bootstrap::bootstrap_ref b, transport_kind k, const options& o) {
     if (k == transport_kind::loopback) {
       comm_ = std::make_unique<loopback_comm>(b, o);
@@ -860,17 +877,9 @@ class selected_communicator : public select_detail::host_base {
     throw transport_error(std::string("transport ") + to_string(k) + " cannot be built by the host executor");
   }
 
-  /// The chosen transport's own per-pair probe (selected_base::reachable_of); empty: every pair connects.
-  std::function<bool(int)> transport_reachable(transport_kind k) {
-    if (k == transport_kind::socket) return reachable_of<socket_comm>();
-#if ROCENANTE_HAS_IBVERBS
-    if (k == transport_kind::ibverbs) return reachable_of<ibverbs_comm>();
-#endif
-    return {};
-  }
-
   /// Start-up collective of every allowed algorithm (self_test_check).
-  std::string self_test(const connectivity_report& conn, int me, int n) {
+  std::string self_test(const connectivity_report& conn, const options&) {
+    const int me = rank_, n = size_;
     const std::size_t count = self_test_count(n);
     std::vector<float> in(count), out(count);
     for (std::size_t i = 0; i < count; ++i) in[i] = self_test_value(me, i);

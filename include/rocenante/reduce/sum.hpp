@@ -19,64 +19,51 @@ inline constexpr bool has_sum<__half> = true;
 template <>
 inline constexpr bool has_sum<__nv_bfloat16> = true;
 
-/// Only the specialisations below are reductions. The primary template says so in one message, and is complete
-/// (members of the right shape, never usable: the assert fails first) so that no second error follows it.
-template <class T>
-struct sum {
-  static_assert(has_sum<T>,
-                "rocenante: no sum reduction for this element type; supported element types are float (fp32), "
-                "__half (fp16) and __nv_bfloat16 (bf16), and NVFP4 on the wire via reduce::nvfp4_sum<T>");
+namespace detail {
+/// What every sum of this header shares: fp32 accumulation, the `sum` operator and plain (unscaled, lossless per
+/// hop) packets. A specialisation adds its name and its two conversions.
+template <class T, dtype D>
+struct fp32_sum {
   using value_type = T;
   using accum_type = float;
-  static constexpr const char* name = "unsupported";
-  static constexpr dtype dtype_id = dtype::f32;
+  static constexpr dtype dtype_id = D;
   static constexpr reduce_op op_id = reduce_op::sum;
   static constexpr bool block_scaled = false;
   static constexpr bool lossy_per_hop = false;
-  ROCENANTE_HOST_DEVICE static float to_accum(T) { return 0.0f; }
   ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
+};
+}  // namespace detail
+
+/// Only the specialisations below are reductions. The primary template says so in one message, and is complete
+/// (members of the right shape, never usable: the assert fails first) so that no second error follows it.
+template <class T>
+struct sum : detail::fp32_sum<T, dtype::f32> {
+  static_assert(has_sum<T>,
+                "rocenante: no sum reduction for this element type; supported element types are float (fp32), "
+                "__half (fp16) and __nv_bfloat16 (bf16), and NVFP4 on the wire via reduce::nvfp4_sum<T>");
+  static constexpr const char* name = "unsupported";
+  ROCENANTE_HOST_DEVICE static float to_accum(T) { return 0.0f; }
   ROCENANTE_HOST_DEVICE static T from_accum(float) { return T{}; }
 };
 
 template <>
-struct sum<float> {
-  using value_type = float;
-  using accum_type = float;
+struct sum<float> : detail::fp32_sum<float, dtype::f32> {
   static constexpr const char* name = "fp32";
-  static constexpr dtype dtype_id = dtype::f32;
-  static constexpr reduce_op op_id = reduce_op::sum;
-  static constexpr bool block_scaled = false;
-  static constexpr bool lossy_per_hop = false;
   ROCENANTE_HOST_DEVICE static constexpr float to_accum(float v) { return v; }
-  ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
   ROCENANTE_HOST_DEVICE static constexpr float from_accum(float a) { return a; }
 };
 
 template <>
-struct sum<__half> {
-  using value_type = __half;
-  using accum_type = float;
+struct sum<__half> : detail::fp32_sum<__half, dtype::f16> {
   static constexpr const char* name = "fp16";
-  static constexpr dtype dtype_id = dtype::f16;
-  static constexpr reduce_op op_id = reduce_op::sum;
-  static constexpr bool block_scaled = false;
-  static constexpr bool lossy_per_hop = false;
   ROCENANTE_HOST_DEVICE static float to_accum(__half v) { return __half2float(v); }
-  ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
   ROCENANTE_HOST_DEVICE static __half from_accum(float a) { return __float2half_rn(a); }
 };
 
 template <>
-struct sum<__nv_bfloat16> {
-  using value_type = __nv_bfloat16;
-  using accum_type = float;
+struct sum<__nv_bfloat16> : detail::fp32_sum<__nv_bfloat16, dtype::bf16> {
   static constexpr const char* name = "bf16";
-  static constexpr dtype dtype_id = dtype::bf16;
-  static constexpr reduce_op op_id = reduce_op::sum;
-  static constexpr bool block_scaled = false;
-  static constexpr bool lossy_per_hop = false;
   ROCENANTE_HOST_DEVICE static float to_accum(__nv_bfloat16 v) { return __bfloat162float(v); }
-  ROCENANTE_HOST_DEVICE static constexpr float combine(float a, float b) { return a + b; }
   ROCENANTE_HOST_DEVICE static __nv_bfloat16 from_accum(float a) { return __float2bfloat16_rn(a); }
 };
 

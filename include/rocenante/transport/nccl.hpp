@@ -38,6 +38,7 @@
 #include "../core/options.hpp"
 #include "../core/status.hpp"
 #include "../host/communicator.hpp"  // host::health
+#include "card.hpp"
 #include "nccl/api.hpp"
 
 namespace rocenante::transport {
@@ -99,7 +100,7 @@ class nccl {
         why = "NCCL unavailable: ncclGetUniqueId failed: " + lib.describe(r);
       }
     }
-    copy(mine.why, sizeof mine.why, why);
+    copy_text(mine.why, sizeof mine.why, why);
     std::vector<nccl_detail::step_card> all(static_cast<std::size_t>(size_));
     boot.all_gather(&mine, all.data(), sizeof mine);
     fail_if_any(all, "before ncclCommInitRank");
@@ -111,7 +112,7 @@ class nccl {
     const nccl_api::result_t r = lib.comm_init_rank(&comm_, size_, all[0].id, rank_);
     if (r != nccl_api::success) {
       mine.ok = 0;
-      copy(mine.why, sizeof mine.why, "ncclCommInitRank failed: " + lib.describe(r));
+      copy_text(mine.why, sizeof mine.why, "ncclCommInitRank failed: " + lib.describe(r));
       comm_ = nullptr;
     }
     boot.all_gather(&mine, all.data(), sizeof mine);
@@ -172,12 +173,6 @@ class nccl {
   const std::string& last_error() const { return last_error_; }
 
  private:
-  static void copy(char* dst, std::size_t cap, const std::string& s) {
-    const std::size_t n = s.size() < cap - 1 ? s.size() : cap - 1;
-    std::memcpy(dst, s.data(), n);
-    dst[n] = '\0';
-  }
-
   void fail_if_any(const std::vector<nccl_detail::step_card>& all, const char* when) const {
     for (int q = 0; q < size_; ++q)
       if (all[q].ok == 0)

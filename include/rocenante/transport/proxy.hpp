@@ -17,8 +17,10 @@
 // host_mapping and proxy_memory (window, staging, queues, cursors), and proxy_thread (the drain loop with its
 // idle policy, pause/resume test hooks, statistics and the stop-then-final-drain teardown). A transport supplies
 // only `post_one(const post&)` — how one descriptor reaches the peer — and optionally a per-poll `progress()`
-// and the teardown hooks `before_final_drain()` / `after_final_drain()` (ibverbs: completions). The host parts
-// are ordinary host code (std::thread); device code uses only proxy_handle.
+// and the teardown hooks `before_final_drain()` / `after_final_drain()` (ibverbs: completions). The two that
+// connect processes (ibverbs, socket) also share pair_reach (what set-up found about each pair) and local_abort
+// (the abort words written when a peer fails). The host parts are ordinary host code (std::thread); device code
+// uses only proxy_handle.
 #pragma once
 
 #include <atomic>
@@ -36,7 +38,9 @@
 #include "../core/atomic.hpp"
 #include "../core/clock.hpp"
 #include "../core/error.hpp"
+#include "../protocol/flags.hpp"
 #include "../protocol/layout.hpp"
+#include "../protocol/state.hpp"
 
 namespace rocenante::transport {
 
@@ -287,6 +291,67 @@ class proxy_thread {
   std::thread thread_;
   std::atomic<bool> stop_{false}, paused_{false};
   std::atomic<std::uint64_t> posts_{0}, bytes_{0}, busy_ns_{0}, drains_{0}, idle_polls_{0};
+};
+
+/// What set-up found about each pair of this rank, for the transports that connect processes (ibverbs: the
+/// start-up probe; socket: both connections of the pair made): whether `peer` is reachable, and why not. Written
+/// before the proxy starts, read-only after.
+struct pair_reach {
+  int me = 0;
+  std::vector<std::uint8_t> ok;  ///< [peer]
+  std::vector<std::string> why;  ///< [peer]: why the pair failed (empty when it did not)
+
+  void reset(int rank, int ranks) {
+    me = rank;
+    ok.assign(static_cast<std::size_t>(ranks), 1);
+    why.assign(static_cast<std::size_t>(ranks), std::string());
+  }
+  /// Self: true; a rank out of range: false.
+  bool reachable(int peer) const {
+    if (peer == me) return true;
+    if (peer < 0 || peer >= static_cast<int>(ok.size())) return false;
+    return ok[static_cast<std::size_t>(peer)] != 0;
+  }
+  std::string reason(int peer) const {
+    return peer >= 0 && peer < static_cast<int>(why.size()) ? why[static_cast<std::size_t>(peer)] : std::string();
+  }
+};
+
+/// The abort words a proxy transport that lost a peer writes into its own rank's flags (ibverbs, socket; hazard
+/// H14): for the sequence it is posting and the next one (the rank's current wait is at one of the two: the proxy
+/// has taken its descriptors of the first), so that wait fails at once through the protocol's fail-stop path,
+/// naming the suspect. Proxy thread only.
+class local_abort {
+ public:
+  /// The proxy takes a descriptor of sequence `seq`.
+  void taken(std::uint32_t seq) {
+    last_ = seq;
+    have_last_ = true;
+  }
+  /// Abort words naming `suspect` for sequences s and s + 1 into every part's and channel's flag of `window`; once
+  /// per s.
+  void publish(std::byte* window, const protocol::window_layout& layout, std::uint32_t s, int suspect) {
+    if (published_any_ && s == published_) return;
+    published_any_ = true;
+    published_ = s;
+    auto* flags = reinterpret_cast<std::uint64_t*>(window);
+    for (std::uint32_t k = 0; k < 2; ++k) {
+      const std::uint32_t seq = s + k;
+      const std::uint64_t value = protocol::make_flag(
+          seq, protocol::abort_signature(static_cast<std::uint32_t>(protocol::failure_kind::timeout), suspect));
+      for (std::uint32_t p = 0; p < layout.max_parts; ++p)
+        for (std::uint32_t ch = 0; ch < layout.channels; ++ch)
+          detail::store_release(flags + layout.flag_index(seq & 1u, p, ch), value);
+    }
+  }
+  /// The same for the sequence of the last descriptor taken; nothing before the first.
+  void publish_last(std::byte* window, const protocol::window_layout& layout, int suspect) {
+    if (have_last_) publish(window, layout, last_, suspect);
+  }
+
+ private:
+  std::uint32_t last_ = 0, published_ = 0;
+  bool have_last_ = false, published_any_ = false;
 };
 
 }  // namespace rocenante::transport

@@ -151,22 +151,11 @@ class basic_socket {
         n_(check_ranks(boot.size())), mem_(layout) {
     const std::uint64_t bytes = layout.total_bytes();
     sock::card mine{};
-    mine.magic = sock::card_magic;
-    mine.version = sock::card_version;
-    mine.size = sizeof(sock::card);
-    mine.rank = me_;
+    stamp_card(mine, sock::card_magic, sock::card_version, me_);
     mine.window_bytes = bytes;
     mine.netns = sock::netns_token();
     mine.nonce = make_nonce();
-    mine.ok = 1;
-    try {
-      listen_on(mine);
-    } catch (const error& e) {
-      mine.ok = 0;
-      sock::copy_text(mine.error, sizeof mine.error, e.what());
-    }
-    std::vector<sock::card> all(static_cast<std::size_t>(n_));
-    boot.all_gather(&mine, all.data(), sizeof(sock::card));
+    const std::vector<sock::card> all = exchange_cards(boot, mine, [&] { listen_on(mine); });
     check_cards(all, mine);
     connect_all(all, mine);
     listen_.reset();
@@ -207,15 +196,9 @@ class basic_socket {
 
   /// Whether this rank's connection to `peer` and `peer`'s connection to this rank were both established at
   /// set-up (this rank's view; host::selected_communicator gathers the matrix). Self: true.
-  bool reachable(int peer) const {
-    if (peer == me_) return true;
-    if (peer < 0 || peer >= n_) return false;
-    return reach_[static_cast<std::size_t>(peer)] != 0;
-  }
+  bool reachable(int peer) const { return reach_.reachable(peer); }
   /// Why the pair with `peer` did not connect (empty when it did).
-  std::string unreachable_reason(int peer) const {
-    return peer >= 0 && peer < n_ ? probe_why_[static_cast<std::size_t>(peer)] : std::string();
-  }
+  std::string unreachable_reason(int peer) const { return reach_.reason(peer); }
 
   /// "listening on every address, 127.0.0.1 within a host, eth0 10.0.0.2 across hosts; port 40123".
   std::string describe() const { return choice_.text() + "; port " + std::to_string(port_); }
@@ -282,19 +265,13 @@ class basic_socket {
     mine.any = choice_.any ? 1 : 0;
     mine.addr = choice_.addr_be;
     mine.port = a.sin_port;
-    sock::copy_text(mine.ifname, sizeof mine.ifname, choice_.ifname);
+    copy_text(mine.ifname, sizeof mine.ifname, choice_.ifname);
     listen_ = std::move(l);
   }
 
   void check_cards(const std::vector<sock::card>& all, const sock::card& mine) const {
-    std::string first;
-    for (int q = 0; q < n_ && first.empty(); ++q) {
-      const std::string why = sock::validate_card(all[q], q, mine.window_bytes);
-      if (!why.empty()) first = why;
-      else if (all[q].ok == 0)
-        first = "set-up failed on rank " + std::to_string(q) + ": " +
-                std::string(all[q].error, strnlen(all[q].error, sizeof all[q].error));
-    }
+    const std::string first = first_card_problem(
+        all, [&](const sock::card& c, int q) { return sock::validate_card(c, q, mine.window_bytes); });
     if (!first.empty()) throw transport_error("socket (seen by rank " + std::to_string(me_) + "): " + first);
   }
 
@@ -312,8 +289,7 @@ class basic_socket {
     const std::size_t n = static_cast<std::size_t>(n_);
     out_.resize(n);
     rx_.resize(n);
-    reach_.assign(n, 1);
-    probe_why_.assign(n, std::string());
+    reach_.reset(me_, n_);
     closed_ = std::make_unique<std::atomic<bool>[]>(n);
     close_why_.assign(n, std::string());
     peer_addr_.assign(n, std::string());
@@ -414,8 +390,8 @@ class basic_socket {
         why_in[q] = "rank " + std::to_string(q) + " did not connect to this rank within " + std::to_string(budget_ms) +
                     " ms" + (strays.empty() ? "" : " (connections refused: " + strays + ")");
       if (!why_out[q].empty() || !why_in[q].empty()) {
-        reach_[q] = 0;
-        probe_why_[q] = why_out[q] + (why_out[q].empty() || why_in[q].empty() ? "" : "; ") + why_in[q];
+        reach_.ok[q] = 0;
+        reach_.why[q] = why_out[q] + (why_out[q].empty() || why_in[q].empty() ? "" : "; ") + why_in[q];
       }
     }
   }
@@ -521,29 +497,11 @@ class basic_socket {
     failed_.store(true, std::memory_order_release);
   }
 
-  /// Abort words naming the failed peer into this rank's own flags for sequences s and s+1 (as the ibverbs
-  /// transport), so that the rank's current wait fails at once. Proxy thread only.
-  void publish_local_abort(std::uint32_t s) {
-    if (aborted_any_ && s == aborted_seq_) return;
-    aborted_any_ = true;
-    aborted_seq_ = s;
-    auto* flags = reinterpret_cast<std::uint64_t*>(mem_.window.get());
-    const int suspect = failed_peer_.load(std::memory_order_relaxed);
-    for (std::uint32_t k = 0; k < 2; ++k) {
-      const std::uint32_t seq = s + k;
-      const std::uint64_t value = protocol::make_flag(
-          seq, protocol::abort_signature(static_cast<std::uint32_t>(protocol::failure_kind::timeout), suspect));
-      for (std::uint32_t p = 0; p < layout_.max_parts; ++p)
-        for (std::uint32_t ch = 0; ch < layout_.channels; ++ch)
-          detail::store_release(flags + layout_.flag_index(seq & 1u, p, ch), value);
-    }
-  }
-
   void fail_peer(int peer, const std::string& what) {
     out_[peer].failed = true;
     out_[peer].conn.reset();
     record_failure(peer, what);
-    if (have_seq_) publish_local_abort(last_seq_);
+    abort_.publish_last(mem_.window.get(), layout_, failed_peer_.load(std::memory_order_relaxed));
   }
 
   /// Header and payload in as few system calls as the socket allows, before `deadline`.
@@ -587,9 +545,8 @@ class basic_socket {
 
   void post_one(const post& e) {
     const std::uint32_t seq = protocol::flag_seq(e.flag_value);
-    last_seq_ = seq;
-    have_seq_ = true;
-    if (failed()) publish_local_abort(seq);
+    abort_.taken(seq);
+    if (failed()) abort_.publish(mem_.window.get(), layout_, seq, failed_peer_.load(std::memory_order_relaxed));
     const int peer = static_cast<int>(e.peer);
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
     if (peer == me_) {  // never posted by the algorithms; applied locally for completeness
@@ -599,8 +556,8 @@ class basic_socket {
     }
     peer_out& o = out_[peer];
     if (o.failed) return;
-    if (!reach_[peer]) {
-      fail_peer(peer, "a frame for a peer that start-up could not connect (" + probe_why_[peer] + ")");
+    if (!reach_.ok[peer]) {
+      fail_peer(peer, "a frame for a peer that start-up could not connect (" + reach_.why[peer] + ")");
       return;
     }
     if (closed_[peer].load(std::memory_order_acquire)) {
@@ -645,8 +602,7 @@ class basic_socket {
   sock::fd listen_;
   std::vector<peer_out> out_;                     // [peer]: proxy thread
   std::vector<rx_state> rx_;                      // [peer]: receiver thread
-  std::vector<std::uint8_t> reach_;               // [peer]: set-up outcome; written before the threads start
-  std::vector<std::string> probe_why_;            // [peer]: why the pair did not connect
+  pair_reach reach_;                              // set-up outcome; written before the threads start
   std::vector<std::string> peer_addr_;            // [peer]: "ip:port" this rank connected to
   std::unique_ptr<std::atomic<bool>[]> closed_;   // [peer]: incoming connection gone (receiver writes, proxy reads)
   std::vector<std::string> close_why_;            // [peer]: written before closed_ is released
@@ -656,8 +612,7 @@ class basic_socket {
   std::atomic<int> failed_peer_{-1};
   std::string failure_;
   std::uint64_t failure_ns_ = 0;
-  std::uint32_t last_seq_ = 0, aborted_seq_ = 0;
-  bool have_seq_ = false, aborted_any_ = false;
+  local_abort abort_;                             // proxy thread only
   std::uint64_t deadline_ns_ = ~std::uint64_t{0};
   std::atomic<std::uint64_t> frames_rx_{0}, bytes_rx_{0}, send_waits_{0};
   std::atomic<bool> rx_stop_{false};

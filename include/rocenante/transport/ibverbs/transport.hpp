@@ -67,6 +67,7 @@
 #include "../../protocol/flags.hpp"
 #include "../../protocol/layout.hpp"
 #include "../../protocol/state.hpp"
+#include "../card.hpp"
 #include "../concepts.hpp"
 #include "../proxy.hpp"
 #include "device.hpp"
@@ -136,28 +137,15 @@ struct card {
 
 /// Checks a peer's card. Returns an empty string when it is acceptable, else why not.
 inline std::string validate_card(const card& c, int expected_rank, std::uint32_t my_devices, std::uint64_t window_bytes) {
-  const std::string who = "rank " + std::to_string(expected_rank);
-  if (c.magic != card_magic) return who + " sent a connection card with a bad magic number (not RoCEnante, or corrupt)";
-  if (c.size != sizeof(card))
-    return who + " sent a connection card of " + std::to_string(c.size) + " bytes, this rank expects " +
-           std::to_string(sizeof(card)) + " (different RoCEnante builds)";
-  if (c.version != card_version)
-    return who + " speaks connection-card version " + std::to_string(c.version) + ", this rank " +
-           std::to_string(card_version) + " (different RoCEnante versions)";
-  if (c.rank != expected_rank) return who + "'s card claims rank " + std::to_string(c.rank);
+  if (std::string why = check_card_header(c, expected_rank, card_magic, card_version, ""); !why.empty()) return why;
   if (c.ok == 0) return "";  // reported separately, with the peer's own message
+  const std::string who = "rank " + std::to_string(expected_rank);
   if (c.devices != my_devices)
     return who + " uses " + std::to_string(c.devices) + " RDMA device(s), this rank " + std::to_string(my_devices) +
            "; set ROCENANTE_IB_HCA to the same number of devices on every rank";
   if (c.window_bytes != window_bytes)
     return who + "'s window is " + std::to_string(c.window_bytes) + " bytes, this rank's " + std::to_string(window_bytes);
   return "";
-}
-
-inline void copy_text(char* dst, std::size_t cap, const std::string& s) {
-  const std::size_t n = s.size() < cap - 1 ? s.size() : cap - 1;
-  std::memcpy(dst, s.data(), n);
-  dst[n] = '\0';
 }
 
 /// Every verbs object of one rank; released in reverse order of creation, also when set-up fails half-way.
@@ -223,38 +211,16 @@ class basic_ibverbs {
 
     // 1. Local set-up; its outcome travels with the card, so that every rank fails together.
     ib::card mine{};
-    mine.magic = ib::card_magic;
-    mine.version = ib::card_version;
-    mine.size = sizeof(ib::card);
-    mine.rank = me_;
+    stamp_card(mine, ib::card_magic, ib::card_version, me_);
     mine.window_bytes = bytes;
-    mine.ok = 1;
     std::vector<std::uint32_t> psn(static_cast<std::size_t>(n), 0);
-    try {
-      set_up_local(mine, psn);
-    } catch (const error& e) {
-      mine.ok = 0;
-      ib::copy_text(mine.error, sizeof mine.error, e.what());
-    }
-    std::vector<ib::card> all(static_cast<std::size_t>(n));
-    boot.all_gather(&mine, all.data(), sizeof(ib::card));
+    std::vector<ib::card> all = exchange_cards(boot, mine, [&] { set_up_local(mine, psn); });
     check_cards(all, mine);
 
     // 2. Connect every queue pair, then vote again: a rank whose connection failed must not leave peers posting.
-    std::string connect_error;
-    try {
-      connect(all);
-    } catch (const error& e) {
-      connect_error = e.what();
-    }
     ib::card vote{};
-    vote.magic = ib::card_magic;
-    vote.version = ib::card_version;
-    vote.size = sizeof(ib::card);
-    vote.rank = me_;
-    vote.ok = connect_error.empty() ? 1 : 0;
-    ib::copy_text(vote.error, sizeof vote.error, connect_error);
-    boot.all_gather(&vote, all.data(), sizeof(ib::card));  // also the barrier: every queue pair is RTS after it
+    stamp_card(vote, ib::card_magic, ib::card_version, me_);
+    all = exchange_cards(boot, vote, [&] { connect(all); });  // also the barrier: every queue pair is RTS after it
     for (int q = 0; q < n; ++q)
       if (all[q].ok == 0)
         throw transport_error("ibverbs: connecting the queue pairs failed on rank " + std::to_string(q) + ": " +
@@ -306,15 +272,9 @@ class basic_ibverbs {
   /// Whether the start-up probe's write to `peer` completed on every device (this rank's view: a pair connects
   /// when both ends say so; host::selected_communicator gathers the matrix). Self: true. Unreachable peers poison
   /// nothing at start-up: the pair is only marked, and a later descriptor for it fails the rank naming the peer.
-  bool reachable(int peer) const {
-    if (peer == me_) return true;
-    if (peer < 0 || peer >= n_) return false;
-    return reach_[static_cast<std::size_t>(peer)] != 0;
-  }
+  bool reachable(int peer) const { return reach_.reachable(peer); }
   /// Why the probe to `peer` failed (empty when it did not).
-  std::string unreachable_reason(int peer) const {
-    return peer >= 0 && peer < n_ ? probe_why_[static_cast<std::size_t>(peer)] : std::string();
-  }
+  std::string unreachable_reason(int peer) const { return reach_.reason(peer); }
 
   ibverbs_stats stats() const {
     ibverbs_stats s;
@@ -349,8 +309,7 @@ class basic_ibverbs {
   /// marked (probe_failed), not fatal: its late completion error is ignored, and only a descriptor that needs the
   /// pair fails the rank (naming the peer).
   void probe_pairs() {
-    reach_.assign(static_cast<std::size_t>(n_), 1);
-    probe_why_.assign(static_cast<std::size_t>(n_), std::string());
+    reach_.reset(me_, n_);
     if (n_ < 2) return;
     const std::size_t nd = res_.dev.size();
     // 0: pending, 1: ok, 2: failed
@@ -360,7 +319,7 @@ class basic_ibverbs {
         if (q == me_) continue;
         if (!connect_failed_[d * n_ + q].empty()) {
           state[d * n_ + q] = 2;
-          probe_why_[q] = connect_failed_[d * n_ + q];
+          reach_.why[q] = connect_failed_[d * n_ + q];
           continue;
         }
         const auto remote = remote_[d * n_ + q];
@@ -376,7 +335,7 @@ class basic_ibverbs {
         const int rc = ibv_post_send(res_.dev[d].qps[q], &wr, &bad);
         if (rc != 0) {
           state[d * n_ + q] = 2;
-          probe_why_[q] = "device " + res_.dev[d].info.name + ": ibv_post_send failed (" + std::strerror(rc) + ")";
+          reach_.why[q] = "device " + res_.dev[d].info.name + ": ibv_post_send failed (" + std::strerror(rc) + ")";
         } else {
           state[d * n_ + q] = 0;
         }
@@ -397,7 +356,7 @@ class basic_ibverbs {
             state[d * n_ + peer] = 1;
           } else {
             state[d * n_ + peer] = 2;
-            probe_why_[peer] = "device " + res_.dev[d].info.name + ": completion error " +
+            reach_.why[peer] = "device " + res_.dev[d].info.name + ": completion error " +
                                ib::verbs().api.wc_status_str(wc[i].status);
           }
         }
@@ -407,9 +366,9 @@ class basic_ibverbs {
     for (std::size_t d = 0; d < nd; ++d)
       for (int q = 0; q < n_; ++q) {
         if (q == me_ || state[d * n_ + q] == 1) continue;
-        if (state[d * n_ + q] == 0 && probe_why_[q].empty())
-          probe_why_[q] = "device " + res_.dev[d].info.name + ": no completion within the probe deadline";
-        reach_[q] = 0;
+        if (state[d * n_ + q] == 0 && reach_.why[q].empty())
+          reach_.why[q] = "device " + res_.dev[d].info.name + ": no completion within the probe deadline";
+        reach_.ok[q] = 0;
         conns_[d * n_ + q].probe_failed = true;
       }
   }
@@ -453,7 +412,7 @@ class basic_ibverbs {
       if (!r.flag_mr) throw transport_error(where + "registering the flag ring failed (" + std::strerror(errno) + ")");
       r.qps.assign(static_cast<std::size_t>(n_), nullptr);
       ib::device_card& c = mine.dev[d];
-      ib::copy_text(c.name, sizeof c.name, r.info.name);
+      copy_text(c.name, sizeof c.name, r.info.name);
       std::memcpy(c.gid, r.info.gid.raw, 16);
       c.mtu = static_cast<std::uint32_t>(r.info.active_mtu);
       c.window_addr = reinterpret_cast<std::uint64_t>(mem_.window.get());
@@ -491,13 +450,9 @@ class basic_ibverbs {
     psn_ = psn;
   }
 
-  void check_cards(const std::vector<ib::card>& all, const ib::card& mine) {
-    std::string first;
-    for (int q = 0; q < n_ && first.empty(); ++q) {
-      const std::string why = ib::validate_card(all[q], q, mine.devices, mine.window_bytes);
-      if (!why.empty()) first = why;
-      else if (all[q].ok == 0) first = "set-up failed on rank " + std::to_string(q) + ": " + all[q].error;
-    }
+  void check_cards(const std::vector<ib::card>& all, const ib::card& mine) const {
+    const std::string first = first_card_problem(
+        all, [&](const ib::card& c, int q) { return ib::validate_card(c, q, mine.devices, mine.window_bytes); });
     if (!first.empty()) throw transport_error("ibverbs (seen by rank " + std::to_string(me_) + "): " + first);
   }
 
@@ -579,24 +534,7 @@ class basic_ibverbs {
       failure_ns_ = detail::now_ns();
       failed_.store(true, std::memory_order_release);
     }
-    if (have_seq_) publish_local_abort(last_seq_);
-  }
-
-  /// Writes abort words naming the failed peer into this rank's own flags for sequences s and s+1, so that the
-  /// rank's current wait (it is at s or s+1: the proxy has seen its descriptors of s) fails at once.
-  void publish_local_abort(std::uint32_t s) {
-    if (aborted_any_ && s == aborted_seq_) return;
-    aborted_any_ = true;
-    aborted_seq_ = s;
-    auto* flags = reinterpret_cast<std::uint64_t*>(mem_.window.get());
-    for (std::uint32_t k = 0; k < 2; ++k) {
-      const std::uint32_t seq = s + k;
-      const std::uint64_t value = protocol::make_flag(
-          seq, protocol::abort_signature(static_cast<std::uint32_t>(protocol::failure_kind::timeout), failed_peer_));
-      for (std::uint32_t p = 0; p < layout_.max_parts; ++p)
-        for (std::uint32_t ch = 0; ch < layout_.channels; ++ch)
-          detail::store_release(flags + layout_.flag_index(seq & 1u, p, ch), value);
-    }
+    abort_.publish_last(mem_.window.get(), layout_, failed_peer_);
   }
 
   void poll_completions(std::size_t d) {
@@ -628,15 +566,14 @@ class basic_ibverbs {
 
   void post_one(const post& e) {
     const std::uint32_t seq = protocol::flag_seq(e.flag_value);
-    last_seq_ = seq;
-    have_seq_ = true;
-    if (failed_.load(std::memory_order_relaxed)) publish_local_abort(seq);
+    abort_.taken(seq);
+    if (failed_.load(std::memory_order_relaxed)) abort_.publish(mem_.window.get(), layout_, seq, failed_peer_);
     const int peer = static_cast<int>(e.peer);
     const std::uint32_t part = static_cast<std::uint32_t>((e.flag_index / layout_.channels) % layout_.max_parts);
     const std::size_t d = (part + e.peer) % res_.dev.size();
     conn& c = conns_[d * n_ + peer];
     if (c.probe_failed && !c.failed)
-      record_failure(d, peer, "write to a peer the start-up probe could not reach (" + probe_why_[peer] + ")");
+      record_failure(d, peer, "write to a peer the start-up probe could not reach (" + reach_.why[peer] + ")");
     if (c.failed) return;
     const std::uint64_t need = e.bytes ? 3 : 2;  // payload, then the flag's two halves
     const std::uint64_t depth = static_cast<std::uint64_t>(cfg_.send_depth);
@@ -728,16 +665,14 @@ class basic_ibverbs {
   std::vector<ibv_mtu> path_mtu_;
   std::vector<remote_window> remote_;
   std::vector<conn> conns_;  // [device][peer], proxy thread only (the constructor's probe writes it first)
-  std::vector<std::uint8_t> reach_;     // [peer]: start-up probe outcome; written before the proxy starts
-  std::vector<std::string> probe_why_;  // [peer]: why the probe failed
+  pair_reach reach_;  // the start-up probe's outcome; written before the proxy starts
   std::vector<std::string> connect_failed_;  // [device][peer]: why connecting that queue pair failed (empty: ok)
   proxy_handle handle_{};
   std::atomic<bool> failed_{false};
   std::string failure_;
   std::uint64_t failure_ns_ = 0;
   int failed_peer_ = -1;
-  std::uint32_t last_seq_ = 0, aborted_seq_ = 0;
-  bool have_seq_ = false, aborted_any_ = false;
+  local_abort abort_;  // proxy thread only
   std::uint64_t deadline_ns_ = ~std::uint64_t{0};
   std::atomic<std::uint64_t> completions_{0}, completion_errors_{0}, credit_waits_{0};
   std::atomic<std::uint64_t> device_posts_[ib::max_devices] = {};

@@ -19,12 +19,14 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "../../core/clock.hpp"
 #include "../../core/env.hpp"
 #include "../../core/error.hpp"
+#include "../card.hpp"
 
 #if defined(__SANITIZE_THREAD__)
 #define ROCENANTE_TSAN 1
@@ -223,26 +225,14 @@ static_assert(sizeof(hello) == 16);
 
 /// Checks a peer's card. Returns an empty string when it is acceptable, else why not.
 inline std::string validate_card(const card& c, int expected_rank, std::uint64_t window_bytes) {
-  const std::string who = "rank " + std::to_string(expected_rank);
-  if (c.magic != card_magic) return who + " sent a socket connection card with a bad magic number (not RoCEnante, or corrupt)";
-  if (c.size != sizeof(card))
-    return who + " sent a socket connection card of " + std::to_string(c.size) + " bytes, this rank expects " +
-           std::to_string(sizeof(card)) + " (different RoCEnante builds)";
-  if (c.version != card_version)
-    return who + " speaks socket connection-card version " + std::to_string(c.version) + ", this rank " +
-           std::to_string(card_version) + " (different RoCEnante versions)";
-  if (c.rank != expected_rank) return who + "'s socket card claims rank " + std::to_string(c.rank);
+  if (std::string why = check_card_header(c, expected_rank, card_magic, card_version, "socket "); !why.empty())
+    return why;
   if (c.ok == 0) return "";  // reported separately, with the peer's own message
+  const std::string who = "rank " + std::to_string(expected_rank);
   if (c.window_bytes != window_bytes)
     return who + "'s window is " + std::to_string(c.window_bytes) + " bytes, this rank's " + std::to_string(window_bytes);
   if (c.port == 0) return who + "'s socket card has no port";
   return "";
-}
-
-inline void copy_text(char* dst, std::size_t cap, const std::string& s) {
-  const std::size_t n = s.size() < cap - 1 ? s.size() : cap - 1;
-  std::memcpy(dst, s.data(), n);
-  dst[n] = '\0';
 }
 
 inline bool set_nonblocking(int f) {
@@ -264,41 +254,41 @@ inline int poll_ms(std::uint64_t deadline_ns) {
   return static_cast<int>(ms < 100 ? ms : 100);
 }
 
-/// Reads exactly `n` bytes from non-blocking `f` before `deadline_ns`. Empty string on success, else why not.
-inline std::string read_exact(int f, void* buf, std::size_t n, std::uint64_t deadline_ns) {
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t k = ::recv(f, static_cast<char*>(buf) + got, n - got, 0);
-    if (k > 0) {
-      got += static_cast<std::size_t>(k);
+/// Moves exactly `n` bytes through non-blocking `f` before `deadline_ns`: sends them (`Send`) or receives them.
+/// Empty string on success, else why not.
+template <bool Send>
+std::string transfer_exact(int f, std::conditional_t<Send, const char*, char*> buf, std::size_t n,
+                           std::uint64_t deadline_ns) {
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t k;
+    if constexpr (Send) k = ::send(f, buf + done, n - done, MSG_NOSIGNAL);
+    else k = ::recv(f, buf + done, n - done, 0);
+    if (k > 0 || (Send && k == 0)) {
+      done += static_cast<std::size_t>(k);
       continue;
     }
-    if (k == 0) return "the connection was closed after " + std::to_string(got) + " of " + std::to_string(n) + " bytes";
+    if (k == 0)
+      return "the connection was closed after " + std::to_string(done) + " of " + std::to_string(n) + " bytes";
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return "recv failed (" + errno_text(errno) + ")";
-    if (detail::now_ns() >= deadline_ns) return "nothing arrived before the deadline";
-    pollfd p{f, POLLIN, 0};
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return (Send ? "send failed (" : "recv failed (") + errno_text(errno) + ")";
+    if (detail::now_ns() >= deadline_ns)
+      return Send ? "the peer did not take the bytes before the deadline" : "nothing arrived before the deadline";
+    pollfd p{f, static_cast<short>(Send ? POLLOUT : POLLIN), 0};
     ::poll(&p, 1, poll_ms(deadline_ns));
   }
   return {};
 }
 
+/// Reads exactly `n` bytes from non-blocking `f` before `deadline_ns`. Empty string on success, else why not.
+inline std::string read_exact(int f, void* buf, std::size_t n, std::uint64_t deadline_ns) {
+  return transfer_exact<false>(f, static_cast<char*>(buf), n, deadline_ns);
+}
+
 /// Writes exactly `n` bytes to non-blocking `f` before `deadline_ns`. Empty string on success, else why not.
 inline std::string write_exact(int f, const void* buf, std::size_t n, std::uint64_t deadline_ns) {
-  std::size_t put = 0;
-  while (put < n) {
-    const ssize_t k = ::send(f, static_cast<const char*>(buf) + put, n - put, MSG_NOSIGNAL);
-    if (k >= 0) {
-      put += static_cast<std::size_t>(k);
-      continue;
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return "send failed (" + errno_text(errno) + ")";
-    if (detail::now_ns() >= deadline_ns) return "the peer did not take the bytes before the deadline";
-    pollfd p{f, POLLOUT, 0};
-    ::poll(&p, 1, poll_ms(deadline_ns));
-  }
-  return {};
+  return transfer_exact<true>(f, static_cast<const char*>(buf), n, deadline_ns);
 }
 
 }  // namespace rocenante::transport::sock
