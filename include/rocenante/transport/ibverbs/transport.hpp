@@ -321,10 +321,10 @@ class basic_ibverbs {
   /// completed by the proxy, the state, and (ibv_query_qp) the next send PSN and next expected receive PSN; a credit
   /// wait in progress; a post queue holding a descriptor the proxy has not taken. Read beside the peer's report for
   /// the flag that did not arrive: posted > completed at the sender is a write still in the provider; a sender's
-  /// send PSN above the receiver's receive PSN, packets sent and not placed; neither, a write never posted (or placed
-  /// where the receiver does not look). The reports are taken when each rank builds its message, after its abort
-  /// flags were published, so a receive PSN a little ahead of the peer's send PSN is those flags. Any thread; one
-  /// verbs call per queue pair.
+  /// send PSN above the receiver's receive PSN, packets sent and not placed. The reports are taken when each rank
+  /// records its failure, after its abort flags were published: a receive PSN a little ahead of the peer's send PSN
+  /// is those flags, and a write held back until then (by the provider or a proxy that did not run) shows as
+  /// completed. Any thread; one verbs call per queue pair.
   std::string queue_pair_report() const {
     static const char* const states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
     std::string s;
