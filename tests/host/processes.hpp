@@ -167,6 +167,8 @@ inline std::vector<rank_result> run_world(const std::string& scenario, int size,
 /// The rank side of a program started by run_world (`PROGRAM --rank SCENARIO`): runs the scenario named `name`
 /// and returns its exit status. An exception is printed as `exception=WHAT` (exit 2); an unknown name exits 64.
 inline int run_scenario(const std::string& name, std::initializer_list<std::pair<std::string_view, int (*)()>> scenarios) {
+  // Line-buffered: what a rank printed survives the harness killing it at the test's limit.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     for (const auto& [n, run] : scenarios)
       if (n == name) return run();

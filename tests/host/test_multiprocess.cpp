@@ -416,10 +416,17 @@ TEST_SUITE("host.multiprocess.collectives") {
 
 TEST_SUITE("host.multiprocess.recovery") {
   TEST_CASE("rank 2 of 4 killed with SIGKILL, restarted: all four rebuild within 10 s and run 1,000 exact collectives") {
-    // ROCENANTE_TEST_TIMEOUT_MS: a longer protocol timeout where collectives are slow (the Soft-RoCE VM, where this
-    // case runs again over ibverbs: tests/softroce/vm/recover.sh).
+    // Where collectives are slow (the Soft-RoCE VM, where this case runs again over ibverbs, 4 ranks on 2 emulated
+    // vCPUs: tests/softroce/vm/recover.sh): ROCENANTE_TEST_TIMEOUT_MS a longer protocol timeout,
+    // ROCENANTE_TEST_LIMIT_S a longer limit for the whole world, ROCENANTE_TEST_CLOSE_S a looser teardown bound.
     const char* t = std::getenv("ROCENANTE_TEST_TIMEOUT_MS");
-    const auto rs = run_world("recover", 4, 4, {{"ROCENANTE_TIMEOUT_MS", t ? t : "2000"}}, {}, std::chrono::seconds(300),
+    const char* limit = std::getenv("ROCENANTE_TEST_LIMIT_S");
+    const char* close_bound = std::getenv("ROCENANTE_TEST_CLOSE_S");
+    const double close_s = close_bound ? std::atof(close_bound) : 2.0;
+    // 5 s by default: 4 processes and their proxies on a loaded 2-core machine can go 2 s without running, and then a
+    // rebuilt world fails again (a slow peer is a failure, as it should be) — seen in about half the runs at load 9-15.
+    const auto rs = run_world("recover", 4, 4, {{"ROCENANTE_TIMEOUT_MS", t ? t : "5000"}}, {},
+                              std::chrono::seconds(limit ? std::atoi(limit) : 300),
                               [](int rank) { return rank == 2 ? std::string("recover") : std::string(); });
     INFO(all_output(rs));
     REQUIRE(rs.size() == 5);  // four first lives, then rank 2's replacement
@@ -441,7 +448,7 @@ TEST_SUITE("host.multiprocess.recovery") {
       CHECK(rs[i].value("hash") == rs[0].value("hash"));
       if (i != 4) {
         CHECK(rs[i].value("failure").find("rank 2") != std::string::npos);
-        CHECK(std::stod(rs[i].value("close_seconds").empty() ? "99" : rs[i].value("close_seconds")) < 2.0);
+        CHECK(std::stod(rs[i].value("close_seconds").empty() ? "99" : rs[i].value("close_seconds")) < close_s);
       }
     }
   }

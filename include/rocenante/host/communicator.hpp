@@ -79,6 +79,12 @@ class executor_base {
       const std::string cause = transport_.failure_message();
       if (!cause.empty()) h.message += " [this rank's transport: " + cause + "]";
     }
+    // A flag that did not arrive: what this rank's side of the connection holds (ibverbs: queue pair counts and
+    // PSNs), so that the ranks' messages together tell a write never sent from one sent and not placed.
+    if constexpr (requires(const Transport& t) { t.queue_pair_report(); }) {
+      if (h.failure.kind == static_cast<std::uint32_t>(protocol::failure_kind::timeout))
+        h.message += " [queue pairs: " + transport_.queue_pair_report() + "]";
+    }
     return h;
   }
 

@@ -54,6 +54,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -276,6 +277,49 @@ class basic_ibverbs {
   /// Why the probe to `peer` failed (empty when it did not).
   std::string unreachable_reason(int peer) const { return reach_.reason(peer); }
 
+  /// This rank's side of every connection, for a timeout message: per queue pair the work requests posted and
+  /// completed by the proxy, the state, and (ibv_query_qp) the next send PSN and next expected receive PSN; a credit
+  /// wait in progress; a post queue holding a descriptor the proxy has not taken. Read beside the peer's report for
+  /// the flag that did not arrive: posted > completed at the sender is a write still in the provider; a sender's
+  /// send PSN above the receiver's receive PSN, packets sent and not placed. The reports are taken when each rank
+  /// records its failure, after its abort flags were published: a receive PSN a little ahead of the peer's send PSN
+  /// is those flags, and a write held back until then (by the provider or a proxy that did not run) shows as
+  /// completed. Any thread; one verbs call per queue pair.
+  std::string queue_pair_report() const {
+    static const char* const states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+    std::string s;
+    for (std::size_t d = 0; d < res_.dev.size(); ++d)
+      for (int q = 0; q < n_; ++q) {
+        if (q == me_ || !res_.dev[d].qps[q]) continue;
+        const conn& c = conns_[d * n_ + q];
+        const auto posted = detail::load_relaxed(const_cast<std::uint64_t*>(&c.posted));
+        const auto completed = detail::load_relaxed(const_cast<std::uint64_t*>(&c.completed));
+        char buf[256];
+        const int len = std::snprintf(buf, sizeof buf, "%sto rank %d (%s): posted %llu, completed %llu",
+                                      s.empty() ? "" : "; ", q, res_.dev[d].info.name.c_str(),
+                                      static_cast<unsigned long long>(posted), static_cast<unsigned long long>(completed));
+        ibv_qp_attr a{};
+        ibv_qp_init_attr ia{};
+        if (ib::verbs().api.query_qp(res_.dev[d].qps[q], &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &ia) == 0)
+          std::snprintf(buf + len, sizeof buf - static_cast<std::size_t>(len), ", %s, send PSN %u, receive PSN %u",
+                        a.qp_state < 7 ? states[a.qp_state] : "?", a.sq_psn, a.rq_psn);
+        s += buf;
+      }
+    if (const int q = detail::load_relaxed(const_cast<int*>(&credit_wait_peer_)); q >= 0)
+      s += "; the proxy is waiting for send credits on the queue pair to rank " + std::to_string(q);
+    // The post queues: a descriptor published but not taken means the proxy thread has not run (or is blocked).
+    const post_queue* qs = mem_.queue_array();
+    for (std::uint32_t p = 0; p < layout_.max_parts; ++p) {
+      auto* consumed = const_cast<std::uint64_t*>(&qs[p].consumed);
+      const std::uint64_t taken = detail::load_acquire(consumed);
+      auto* stamp = const_cast<std::uint64_t*>(&qs[p].entries[taken % post_queue_depth].stamp);
+      if (detail::load_acquire(stamp) == taken + 1)
+        s += "; part " + std::to_string(p) + "'s post queue holds a descriptor the proxy has not taken (ticket " +
+             std::to_string(taken) + ")";
+    }
+    return s;
+  }
+
   ibverbs_stats stats() const {
     ibverbs_stats s;
     static_cast<proxy_stats&>(s) = proxy_.stats();
@@ -297,6 +341,7 @@ class basic_ibverbs {
 
   /// Proxy-private state of one queue pair.
   struct conn {
+    // Written by the proxy thread only, with relaxed atomic stores: queue_pair_report() reads them from another.
     std::uint64_t posted = 0;     ///< work requests posted
     std::uint64_t completed = 0;  ///< work requests known complete (a signalled completion retires all before it)
     bool failed = false;
@@ -548,7 +593,7 @@ class basic_ibverbs {
       const int peer = static_cast<int>((wc[i].wr_id >> 52) & 0xff);
       const std::uint64_t seq = wc[i].wr_id & ((1ull << 52) - 1);
       conn& c = conns_[d * n_ + peer];
-      if (seq > c.completed) c.completed = seq;
+      if (seq > c.completed) detail::store_relaxed(&c.completed, seq);
       completions_.fetch_add(1, std::memory_order_relaxed);
       if (wc[i].status != IBV_WC_SUCCESS) {
         completion_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -579,6 +624,11 @@ class basic_ibverbs {
     const std::uint64_t depth = static_cast<std::uint64_t>(cfg_.send_depth);
     if (c.posted - c.completed + need > depth) {
       credit_waits_.fetch_add(1, std::memory_order_relaxed);
+      detail::store_relaxed(&credit_wait_peer_, peer);
+      struct clear_wait {
+        int* p;
+        ~clear_wait() { detail::store_relaxed(p, -1); }
+      } clear{&credit_wait_peer_};
       std::uint64_t polls = 0;
       while (c.posted - c.completed + need > depth) {
         poll_completions(d);
@@ -625,7 +675,7 @@ class basic_ibverbs {
       record_failure(d, peer, std::string("ibv_post_send failed (") + std::strerror(rc) + ")");
       return;
     }
-    c.posted += need;
+    detail::store_relaxed(&c.posted, c.posted + need);
     proxy_.count_bytes(e.bytes);
     device_posts_[d].fetch_add(1, std::memory_order_relaxed);
   }
@@ -673,6 +723,7 @@ class basic_ibverbs {
   std::uint64_t failure_ns_ = 0;
   int failed_peer_ = -1;
   local_abort abort_;  // proxy thread only
+  int credit_wait_peer_ = -1;  // proxy thread writes (relaxed), queue_pair_report reads: a credit wait in progress
   std::uint64_t deadline_ns_ = ~std::uint64_t{0};
   std::atomic<std::uint64_t> completions_{0}, completion_errors_{0}, credit_waits_{0};
   std::atomic<std::uint64_t> device_posts_[ib::max_devices] = {};

@@ -42,6 +42,7 @@ struct verbs_api {
   ibv_qp* (*create_qp)(ibv_pd*, ibv_qp_init_attr*) = nullptr;
   int (*destroy_qp)(ibv_qp*) = nullptr;
   int (*modify_qp)(ibv_qp*, ibv_qp_attr*, int) = nullptr;
+  int (*query_qp)(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) = nullptr;
   const char* (*wc_status_str)(ibv_wc_status) = nullptr;
 
   /// What verbs.h's ibv_query_port inline does: the extended op when the provider has one, else the symbol.
@@ -101,6 +102,7 @@ inline verbs_load load_verbs() {
   sym(r.api.create_qp, "ibv_create_qp");
   sym(r.api.destroy_qp, "ibv_destroy_qp");
   sym(r.api.modify_qp, "ibv_modify_qp");
+  sym(r.api.query_qp, "ibv_query_qp");
   sym(r.api.wc_status_str, "ibv_wc_status_str");
   if (missing) {
     r.why = name + " lacks " + which + " (libibverbs too old?)";
