@@ -284,7 +284,9 @@ class basic_ibverbs {
   /// send PSN above the receiver's receive PSN, packets sent and not placed. The reports are taken when each rank
   /// records its failure, after its abort flags were published: a receive PSN a little ahead of the peer's send PSN
   /// is those flags, and a write held back until then (by the provider or a proxy that did not run) shows as
-  /// completed. Any thread; one verbs call per queue pair.
+  /// completed. Then, per pair, how long ago the proxy polled its last completion and the last flag words it posted
+  /// (signature | sequence) with their ages, newest first: whether the flag a peer waits for went out, and whether
+  /// before the abort flags or with them. Any thread; one verbs call per queue pair.
   std::string queue_pair_report() const {
     static const char* const states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
     std::string s;
@@ -304,6 +306,20 @@ class basic_ibverbs {
           std::snprintf(buf + len, sizeof buf - static_cast<std::size_t>(len), ", %s, send PSN %u, receive PSN %u",
                         a.qp_state < 7 ? states[a.qp_state] : "?", a.sq_psn, a.rq_psn);
         s += buf;
+        // When the proxy last heard from this pair, and the last flags it posted to it, newest first.
+        const std::uint64_t now = detail::now_ns();
+        auto ago = [now](std::uint64_t t) { return t ? static_cast<double>(now - t) / 1e6 : -1.0; };
+        std::snprintf(buf, sizeof buf, ", last completion %.1f ms ago, last flags posted", ago(detail::load_relaxed(const_cast<std::uint64_t*>(&c.completion_ns))));
+        s += buf;
+        const std::uint64_t n_desc = detail::load_relaxed(const_cast<std::uint64_t*>(&c.descriptors));
+        for (std::uint64_t i = 0; i < conn::marks && i < n_desc; ++i) {
+          const auto& m = c.recent[(n_desc - 1 - i) % conn::marks];
+          std::snprintf(buf, sizeof buf, " %#llx %.1f ms ago",
+                        static_cast<unsigned long long>(detail::load_relaxed(const_cast<std::uint64_t*>(&m.flag))),
+                        ago(detail::load_relaxed(const_cast<std::uint64_t*>(&m.ns))));
+          s += buf;
+        }
+        if (n_desc == 0) s += " none";
       }
     if (const int q = detail::load_relaxed(const_cast<int*>(&credit_wait_peer_)); q >= 0)
       s += "; the proxy is waiting for send credits on the queue pair to rank " + std::to_string(q);
@@ -344,6 +360,15 @@ class basic_ibverbs {
     // Written by the proxy thread only, with relaxed atomic stores: queue_pair_report() reads them from another.
     std::uint64_t posted = 0;     ///< work requests posted
     std::uint64_t completed = 0;  ///< work requests known complete (a signalled completion retires all before it)
+    std::uint64_t completion_ns = 0;  ///< detail::now_ns() of the last completion polled for this queue pair
+    /// The last few descriptors posted: when, and the flag word each carried (signature | sequence), so that a
+    /// report tells whether a flag a peer waits for went out, and whether before or after the abort flags.
+    struct post_mark {
+      std::uint64_t ns = 0, flag = 0;
+    };
+    static constexpr std::size_t marks = 4;
+    post_mark recent[marks] = {};
+    std::uint64_t descriptors = 0;  ///< descriptors posted (recent[descriptors % marks] is the next slot)
     bool failed = false;
     bool probe_failed = false;  ///< the start-up probe found no path: nothing is posted; a descriptor fails the rank
   };
@@ -594,6 +619,7 @@ class basic_ibverbs {
       const std::uint64_t seq = wc[i].wr_id & ((1ull << 52) - 1);
       conn& c = conns_[d * n_ + peer];
       if (seq > c.completed) detail::store_relaxed(&c.completed, seq);
+      detail::store_relaxed(&c.completion_ns, detail::now_ns());
       completions_.fetch_add(1, std::memory_order_relaxed);
       if (wc[i].status != IBV_WC_SUCCESS) {
         completion_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -676,6 +702,10 @@ class basic_ibverbs {
       return;
     }
     detail::store_relaxed(&c.posted, c.posted + need);
+    auto& m = c.recent[c.descriptors % conn::marks];
+    detail::store_relaxed(&m.ns, detail::now_ns());
+    detail::store_relaxed(&m.flag, e.flag_value);
+    detail::store_relaxed(&c.descriptors, c.descriptors + 1);
     proxy_.count_bytes(e.bytes);
     device_posts_[d].fetch_add(1, std::memory_order_relaxed);
   }
