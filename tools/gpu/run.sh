@@ -46,6 +46,9 @@
 #   --repetitions N    Google Benchmark repetitions (mean, median, stddev rows)
 #   --deadline S       every step ends by S seconds after the start (default 540: a device call stops at 600 s)
 #   --ranks N          sass: fixed rank count (0: plain handle), or `all` (every kernel the dispatch launches)
+#   --mps on           start the MPS control daemon (nvidia-cuda-mps-control -d, default pipe directory) for this
+#                      command and quit it at the end: ranks as processes then share the GPU instead of
+#                      time-slicing (test_gpu_multiprocess prints whether MPS is active)
 #   --include DIR      sass: the headers to compile (default include/ of this tree; e.g. another commit's, unpacked
 #                      with `git archive COMMIT include | tar -x -C DIR`, then DIR/include)
 #   --targets LIST     build: ninja targets (default: everything the configuration has)
@@ -76,7 +79,7 @@ case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt
 argv=("$cmd" "$@")
 
 out='' build=build-gpu arch=90a variant='' filter='' binary=rocenante-bench-gpu name=bench reps='' deadline=540 ranks=0
-targets='' jobs=$(nproc) tests='' include=$root/include
+targets='' jobs=$(nproc) tests='' include=$root/include mps=off
 envs=()
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "run.sh: $1 needs a value (run.sh --help)" >&2; exit 2; }
@@ -84,11 +87,12 @@ while [ $# -gt 0 ]; do
     --out) out=$2 ;; --build) build=$2 ;; --arch) arch=$2 ;; --variant) variant=$2 ;; --filter) filter=$2 ;;
     --env) envs+=("$2") ;; --binary) binary=$2 ;; --name) name=$2 ;; --repetitions) reps=$2 ;;
     --deadline) deadline=$2 ;; --ranks) ranks=$2 ;; --targets) targets=$2 ;; --jobs) jobs=$2 ;; --tests) tests=$2 ;;
-    --include) include=$2 ;;
+    --include) include=$2 ;; --mps) mps=$2 ;;
     *) echo "run.sh: unknown flag '$1' (run.sh --help)" >&2; exit 2 ;;
   esac
   shift 2
 done
+case "$mps" in on|off) ;; *) echo "run.sh: --mps wants on or off" >&2; exit 2 ;; esac
 [ ${#envs[@]} -gt 0 ] || envs=(ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1)
 vflags=
 if [ -n "$variant" ]; then
@@ -207,6 +211,11 @@ export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nccl_dir=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
 [ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ] && export LD_LIBRARY_PATH=$nccl_dir:$LD_LIBRARY_PATH
 export CUDA_MODULE_LOADING=EAGER  # a kernel's lazy first load can wait for peers' spinning kernels (docs/api.md §5)
+if [ "$mps" = on ]; then
+  if nvidia-cuda-mps-control -d >"$out/mps.log" 2>&1; then
+    say "MPS: control daemon started (quit at the end)"; trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+  else say "MPS: nvidia-cuda-mps-control -d failed (mps.log): the processes time-slice"; fi
+fi
 
 # left LIMIT: LIMIT seconds, or fewer when the deadline is nearer
 left() { local d=$((t0 + deadline - $(date +%s))); [ "$d" -lt "$1" ] && echo "$d" || echo "$1"; }
