@@ -117,22 +117,28 @@ def test_accepts_is_false_without_poisoning_and_the_next_call_runs():
         assert x == [3.0] * 8
 
 
-def test_set_up_with_different_options_fails_on_every_rank_naming_the_field():
-    world = rocenante.World(2, timeout=20)
+def _set_up_errors(**per_rank):
+    """Each of 2 in-process ranks sets up with its own keyword values (name -> (rank 0's, rank 1's)); returns what
+    each raised (None where it did not)."""
     import threading
 
+    world = rocenante.World(2, timeout=20)
     errs = [None, None]
 
     def one(rank):
         try:
-            rocenante.Communicator.in_process(world, rank, max_bytes=4096 * (rank + 1))
+            rocenante.Communicator.in_process(world, rank, **{k: v[rank] for k, v in per_rank.items()})
         except rocenante.Error as e:
             errs[rank] = e
 
     ts = [threading.Thread(target=one, args=(r,)) for r in range(2)]
     [t.start() for t in ts]
     [t.join(60) for t in ts]
-    for e in errs:
+    return errs
+
+
+def test_set_up_with_different_options_fails_on_every_rank_naming_the_field():
+    for e in _set_up_errors(max_bytes=(4096, 8192)):
         # The start-up vote reports a set-up that failed on some rank as "no transport usable", with each rank's reason.
         assert isinstance(e, rocenante.TransportError) and isinstance(e, rocenante.Error), repr(e)
         assert "field 'capacity_bytes' is 4096 on rank 0 but 8192 on rank 1" in str(e)
@@ -162,21 +168,7 @@ def test_a_rank_that_never_sets_up_is_named_by_the_bootstrap():
 
 
 def test_ranks_asking_for_different_transports_get_config_mismatch_error():
-    import threading
-
-    world = rocenante.World(2, timeout=20)
-    errs = [None, None]
-
-    def one(rank):
-        try:
-            rocenante.Communicator.in_process(world, rank, transport=("loopback", "auto")[rank])
-        except rocenante.Error as e:
-            errs[rank] = e
-
-    ts = [threading.Thread(target=one, args=(r,)) for r in range(2)]
-    [t.start() for t in ts]
-    [t.join(60) for t in ts]
-    for e in errs:
+    for e in _set_up_errors(transport=("loopback", "auto")):
         assert isinstance(e, rocenante.ConfigMismatchError) and isinstance(e, rocenante.ConfigError), repr(e)
         assert "ROCENANTE_TRANSPORT is loopback on rank 0 but auto on rank 1" in str(e)
 
