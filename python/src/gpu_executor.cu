@@ -43,13 +43,11 @@ class gpu_selected final : public gpu_executor {
     o.capacity_bytes = s.capacity_bytes;
     o.timeout_ns = s.timeout_ns;
     comm_ = std::make_unique<gpu::selected_communicator>(boot_, o, sc);
-    capacity_ = o.capacity_bytes;
     decision_ = comm_->selected().summary();
   }
 
   status all_reduce(const void* in, void* out, std::size_t count, dtype t, std::optional<algorithm::algo> a,
                     std::uintptr_t stream) override {
-    if (auto s = refused_locally()) return *s;
     if (host::element_bytes(t) == 0) return reject(std::string("all_reduce has no reduction for dtype ") + to_string(t), stream);
     device_guard g(device_);
     const cudaStream_t s = as_stream(stream);
@@ -63,7 +61,6 @@ class gpu_selected final : public gpu_executor {
   }
 
   status all_gather(const void* in, void* out, std::size_t count, dtype t, std::uintptr_t stream) override {
-    if (auto s = refused_locally()) return *s;
     if (host::element_bytes(t) == 0) return reject(std::string("all_gather has no instantiation for dtype ") + to_string(t), stream);
     device_guard g(device_);
     const cudaStream_t s = as_stream(stream);
@@ -74,67 +71,15 @@ class gpu_selected final : public gpu_executor {
 
   std::string refusal(std::size_t count, dtype t, std::optional<algorithm::algo> a,
                       protocol::collective c) const override {
-    const std::size_t elem = host::element_bytes(t);
-    if (elem == 0) return std::string("no reduction for dtype ") + to_string(t) + " on the GPU executor";
-    if (c == protocol::collective::all_gather && a && *a != algorithm::algo::one_shot) return "all_gather runs one_shot only";
-    const algorithm::algo x = a ? *a
-                              : c == protocol::collective::all_gather ? algorithm::algo::one_shot
-                                                                       : comm_->algorithm_for(std::uint64_t{count} * elem);
-    if (std::string why = comm_->selected().connectivity.refusal(x); !why.empty()) return why;
-    if (count == 0) return "count is zero";
-    if (count > capacity_ / elem)
-      return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds max_bytes " +
-             std::to_string(capacity_);
-    std::string why;
-    const auto window = [&](const auto* p) {
-      if (p == nullptr) return;
-      const bool fit = x == algorithm::algo::ring ? host::fits<algorithm::ring>(p->layout())
-                                                  : host::fits<algorithm::one_shot>(p->layout());
-      if (!fit) why = std::string("algorithm ") + (x == algorithm::algo::ring ? "ring" : "one_shot") + " needs a larger window than this communicator laid out";
-    };
-    auto& c_ = const_cast<gpu::selected_communicator&>(*comm_);  // get<C>() is not const; nothing is changed
-    window(c_.get<gpu::selected_communicator::ipc_comm>());
-    window(c_.get<gpu::selected_communicator::socket_comm>());
-#if ROCENANTE_HAS_IBVERBS
-    window(c_.get<gpu::selected_communicator::ibverbs_comm>());
-#endif
-    return why;
+    return comm_->refusal(count, t, a, c);
   }
 
   status reject(const std::string& why, std::uintptr_t stream) override {
-    if (auto s = refused_locally()) return *s;
     device_guard g(device_);
-    const auto tell = [&](auto* c) {
-      if (c == nullptr) return false;
-      (void)c->reject(why, as_stream(stream));
-      last_error_ = c->last_error();
-      return true;
-    };
-    if (tell(comm_->get<gpu::selected_communicator::ipc_comm>()) ||
-        tell(comm_->get<gpu::selected_communicator::socket_comm>())
-#if ROCENANTE_HAS_IBVERBS
-        || tell(comm_->get<gpu::selected_communicator::ibverbs_comm>())
-#endif
-    )
-      return status::invalid_argument;
-    // nccl: NCCL has no message that aborts a peer's call; this rank stops here (every later call refused) and
-    // its peers wait inside NCCL. The caller must issue the same calls on every rank (transport/nccl.hpp).
-    local_poison_ = "rocenante rank " + std::to_string(rank()) + ": " + why +
-                    "; over the nccl transport the peers cannot be told (they wait inside NCCL) and this communicator "
-                    "refuses every later call";
-    last_error_ = local_poison_;
-    return status::invalid_argument;
+    return note(comm_->reject(why, as_stream(stream)));
   }
 
-  host::health check_health() const override {
-    if (!local_poison_.empty()) {
-      host::health h;
-      h.state = status::poisoned;
-      h.message = local_poison_;
-      return h;
-    }
-    return comm_->check_health();
-  }
+  host::health check_health() const override { return comm_->check_health(); }
   std::string last_error() const override { return last_error_; }
   std::uint64_t failures() const override { return comm_->failures(); }
   std::string decision() const override { return decision_; }
@@ -167,11 +112,6 @@ class gpu_selected final : public gpu_executor {
     return want;
   }
 
-  std::optional<status> refused_locally() {
-    if (local_poison_.empty()) return std::nullopt;
-    last_error_ = local_poison_;
-    return status::poisoned;
-  }
   status note(status st) {
     last_error_ = st == status::ok ? std::string() : comm_->last_error();
     return st;
@@ -180,8 +120,7 @@ class gpu_selected final : public gpu_executor {
   bootstrap::bootstrap_ref boot_;  // what every candidate communicator was built over
   int device_;
   std::unique_ptr<gpu::selected_communicator> comm_;
-  std::uint64_t capacity_ = 0;
-  std::string decision_, last_error_, local_poison_;
+  std::string decision_, last_error_;
 };
 
 }  // namespace

@@ -190,6 +190,18 @@ class communicator {
   /// for any bad argument). Returns invalid_argument; last_error() names the rank and `why`.
   status reject(const std::string& why, cudaStream_t stream) { return reject_in_sequence(stream, why, {}); }
 
+  /// Why a call of `count` elements of `t` with algorithm `a` would be refused (empty: it would run), from values
+  /// every rank shares (count, dtype, capacity, the window's layout), never pointers: the same answer on every rank,
+  /// so an engine can fall back on every rank together. Consumes no sequence number and never poisons.
+  std::string refusal(std::size_t count, dtype t, algorithm::algo a,
+                      protocol::collective c = protocol::collective::all_reduce) const {
+    return host::call_refusal(count, t, a, c, &layout_, "GPU executor");
+  }
+  bool accepts(std::size_t count, dtype t, algorithm::algo a,
+               protocol::collective c = protocol::collective::all_reduce) const {
+    return refusal(count, t, a, c).empty();
+  }
+
   /// Collectives of this rank that did not complete — failed, timed out, refused, or called (or replayed in a
   /// graph) on a poisoned communicator; each of them filled its output with the poison value (docs/api.md).
   /// Reads the host-mapped mirror: no device synchronize; a kernel reads the same count from

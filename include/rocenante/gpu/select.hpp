@@ -89,6 +89,13 @@ class selected_communicator : public select_detail::gpu_base {
     return pass([&](auto& c) { return c.all_gather(in, out, count, stream); });
   }
 
+  /// Refuses this call for a reason the caller found (a binding's checks: dtype, device, output size), in the
+  /// collective's place on `stream`: the peers are told to abort it and this rank is poisoned (over nccl the peers
+  /// cannot be told: transport::nccl::reject). Returns invalid_argument.
+  status reject(const std::string& why, cudaStream_t stream) {
+    return pass([&](auto& c) { return c.reject(why, stream); });
+  }
+
  private:
   friend select_detail::gpu_base;  // select_and_build() calls build and self_test
 

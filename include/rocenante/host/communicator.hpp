@@ -205,6 +205,29 @@ constexpr std::size_t element_bytes(dtype t) {
   return t == dtype::f32 ? 4 : (t == dtype::f16 || t == dtype::bf16) ? 2 : 0;
 }
 
+/// Why a call of `count` elements of `t` with algorithm `a` would be refused by an executor whose window is laid out
+/// as `window` (empty: it would run), judged only from values every rank shares (count, dtype, capacity, the
+/// layout), never from pointers: every rank asking with the same arguments gets the same answer. The one body of
+/// every communicator's refusal() (host and GPU executors; the selected communicators forward to it). `window`
+/// null: a transport with no window of its own (nccl), whose limits are NCCL's: only the dtype and the collective's
+/// algorithm are judged.
+inline std::string call_refusal(std::size_t count, dtype t, algorithm::algo a, protocol::collective c,
+                                const protocol::window_layout* window, const char* executor) {
+  const std::size_t elem = element_bytes(t);
+  if (elem == 0) return std::string("no reduction for dtype ") + to_string(t) + " on the " + executor;
+  if (c == protocol::collective::all_gather && a != algorithm::algo::one_shot) return "all_gather runs one_shot only";
+  if (window == nullptr) return {};
+  if (count == 0) return "count is zero";
+  if (count > window->capacity_bytes / elem)
+    return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
+           std::to_string(window->capacity_bytes);
+  const bool fit = a == algorithm::algo::ring ? fits<algorithm::ring>(*window) : fits<algorithm::one_shot>(*window);
+  if (!fit)
+    return std::string("algorithm ") + (a == algorithm::algo::ring ? "ring" : "one_shot") +
+           " needs a larger window than this communicator laid out";
+  return {};
+}
+
 /// The run-time dtype dispatch (enum -> instantiation) of every executor: f.template operator()<T>(nullptr) for the
 /// element type T of `t` (float, __half, __nv_bfloat16); not_supported for a dtype with no sum reduction.
 template <class F>
@@ -295,19 +318,7 @@ class communicator : public executor_base<Transport> {
   /// Consumes no sequence number and never poisons.
   std::string refusal(std::size_t count, dtype t, algorithm::algo a,
                       protocol::collective c = protocol::collective::all_reduce) const {
-    const std::size_t elem = element_bytes(t);
-    if (elem == 0) return std::string("no reduction for dtype ") + to_string(t) + " on the host executor";
-    if (c == protocol::collective::all_gather && a != algorithm::algo::one_shot)
-      return "all_gather runs one_shot only";
-    if (count == 0) return "count is zero";
-    if (count > opts_.capacity_bytes / elem)
-      return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
-             std::to_string(opts_.capacity_bytes);
-    const bool fit = a == algorithm::algo::ring ? fits<algorithm::ring>(layout_) : fits<algorithm::one_shot>(layout_);
-    if (!fit)
-      return std::string("algorithm ") + (a == algorithm::algo::ring ? "ring" : "one_shot") +
-             " needs a larger window than this communicator laid out";
-    return {};
+    return call_refusal(count, t, a, c, &layout_, "host executor");
   }
   bool accepts(std::size_t count, dtype t, algorithm::algo a,
                protocol::collective c = protocol::collective::all_reduce) const {

@@ -663,6 +663,30 @@ class selected_base {
     return n;
   }
 
+  /// Why a call would be refused (empty: it would run): the built communicator's refusal (call_refusal), plus
+  /// what start-up connectivity refuses; `a` empty is the algorithm a call that names none runs. Rank-invariant,
+  /// never poisons.
+  std::string refusal(std::size_t count, dtype t, std::optional<algorithm::algo> a = std::nullopt,
+                      protocol::collective c = protocol::collective::all_reduce) const {
+    const algorithm::algo x = a ? *a
+                              : c == protocol::collective::all_gather ? algorithm::algo::one_shot
+                                                                       : algorithm_for(std::uint64_t{count} * element_bytes(t));
+    std::string why = sel_.connectivity.refusal(x);
+    if (!why.empty()) return why;
+    std::visit(
+        [&](const auto& p) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(p)>, std::monostate>) why = "no communicator was built";
+          else if constexpr (requires { p->refusal(count, t, x, c); }) why = p->refusal(count, t, x, c);
+          else why = call_refusal(count, t, x, c, nullptr, "nccl transport");  // NCCL's own limits beyond these
+        },
+        comm_);
+    return why;
+  }
+  bool accepts(std::size_t count, dtype t, std::optional<algorithm::algo> a = std::nullopt,
+               protocol::collective c = protocol::collective::all_reduce) const {
+    return refusal(count, t, a, c).empty();
+  }
+
   /// The underlying communicator, when it is of type C (nullptr otherwise).
   template <class C>
   C* get() {
@@ -830,27 +854,6 @@ class selected_communicator : public select_detail::host_base {
     return pass([&](auto& c) { return c.all_gather(in, out, count, t); });
   }
 
-  /// Why a call would be refused (empty: it would run): communicator::refusal, plus what start-up connectivity
-  /// refuses; `a` empty is the algorithm a call that names none runs. Rank-invariant, never poisons.
-  std::string refusal(std::size_t count, dtype t, std::optional<algorithm::algo> a = std::nullopt,
-                      protocol::collective c = protocol::collective::all_reduce) const {
-    const algorithm::algo x = a ? *a
-                              : c == protocol::collective::all_gather ? algorithm::algo::one_shot
-                                                                       : algorithm_for(std::uint64_t{count} * element_bytes(t));
-    std::string why = sel_.connectivity.refusal(x);
-    if (!why.empty()) return why;
-    std::visit(
-        [&](const auto& p) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(p)>, std::monostate>) why = "no communicator was built";
-          else why = p->refusal(count, t, x, c);
-        },
-        comm_);
-    return why;
-  }
-  bool accepts(std::size_t count, dtype t, std::optional<algorithm::algo> a = std::nullopt,
-               protocol::collective c = protocol::collective::all_reduce) const {
-    return refusal(count, t, a, c).empty();
-  }
   /// communicator::reject: refuses this call for a reason the caller found, telling the peers (poisons).
   status reject(const std::string& why, status code = status::invalid_argument) {
     return pass([&](auto& c) { return c.reject(why, code); });

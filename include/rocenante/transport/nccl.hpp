@@ -154,6 +154,20 @@ class nccl {
     return check(lib_->all_gather(in, out, count, nccl_detail::data_type<T>(), comm_, stream), "ncclAllGather");
   }
 
+  /// Refuses this call for a reason the caller found (a binding's checks). NCCL has no message that aborts a peer's
+  /// call: this rank stops here (poisoned: every later call refused, the destructor aborts) and its peers wait inside
+  /// NCCL. The caller must issue the same calls on every rank (Limits, above).
+  status reject(const std::string& why, cudaStream_t) {
+    const std::string w = "rank " + std::to_string(rank_) + ": " + why +
+                          "; over the nccl transport the peers cannot be told (they wait inside NCCL) and this "
+                          "communicator refuses every later call";
+    if (!poisoned_.load(std::memory_order_relaxed)) {
+      first_error_ = w;
+      poisoned_.store(true, std::memory_order_release);
+    }
+    return refuse(status::invalid_argument, w);
+  }
+
   /// Waits for nothing: NCCL's asynchronous error (ncclCommGetAsyncError), or this object's first failure.
   host::health check_health() const {
     host::health h;
