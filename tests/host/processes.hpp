@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -207,6 +208,49 @@ std::string check_exact(const T* got, int n, std::size_t count, int round, bool 
              ", expected " + std::to_string(want);
   }
   return {};
+}
+
+// --- recovery after a lost rank ----------------------------------------------------------------------------------
+
+/// `t` in nanoseconds of steady_clock, which is CLOCK_MONOTONIC: one clock for every process of the host, so the
+/// parent can compare the times its ranks print.
+inline long long monotonic_ns(std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {
+  return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+/// The parent's checks of a recovery world of 4 ranks (docs/operations.md "After a failure"): run_world restarted
+/// rank 2 after its SIGKILL, so `rs` holds the four first lives and then the replacement. Each survivor printed
+/// failure= (the health message: it must name rank 2), failed_ns= (monotonic_ns when it saw the failure) and
+/// close_seconds= (its communicator's teardown, below `close_s`); every rank of generation 1, replacement included,
+/// printed ready_ns= (its new communicator built), exact_after_rebuild=1000 and hash= (the same on every rank), and
+/// exited 0. "Rebuilt within `rebuild_s`": from the first survivor's sight of the failure to each rank's new
+/// communicator (the replacement, started at once, waits for the survivors to see the failure). `transport`: what
+/// every new communicator must report in transport= (empty: not checked).
+inline void check_recovered(const std::vector<rank_result>& rs, double close_s, const std::string& transport = {},
+                            double rebuild_s = 10.0) {
+  REQUIRE(rs.size() == 5);  // four first lives, then rank 2's replacement
+  CHECK(rs[2].signal == SIGKILL);
+  CHECK(rs[4].rank == 2);
+  CHECK(rs[4].replacement);
+  long long first_failure = LLONG_MAX;
+  for (int i : {0, 1, 3})
+    if (!rs[i].value("failed_ns").empty()) first_failure = std::min(first_failure, std::stoll(rs[i].value("failed_ns")));
+  CHECK(first_failure != LLONG_MAX);  // some survivor saw the failure
+  auto number = [](const std::string& v, double none) { return v.empty() ? none : std::stod(v); };
+  for (int i : {0, 1, 3, 4}) {
+    CAPTURE(i);
+    CHECK(rs[i].exit_code == 0);
+    const std::string ready = rs[i].value("ready_ns");
+    CHECK((!ready.empty() && std::stoll(ready) - first_failure < static_cast<long long>(rebuild_s * 1e9)));
+    if (!transport.empty()) CHECK(rs[i].value("transport") == transport);
+    CHECK(rs[i].value("exact_after_rebuild") == "1000");
+    CHECK(rs[i].value("hash").size() == 16);
+    CHECK(rs[i].value("hash") == rs[0].value("hash"));  // byte-identical across processes, the replacement too
+    if (i != 4) {
+      CHECK(rs[i].value("failure").find("rank 2") != std::string::npos);
+      CHECK(number(rs[i].value("close_seconds"), 99) < close_s);
+    }
+  }
 }
 
 inline std::string all_output(const std::vector<rank_result>& rs) {
