@@ -32,6 +32,15 @@
 #             --ranks all: instead, every kernel gpu::communicator<cuda_loopback> launches for bf16 and fp32
 #             (one_shot and ring all-reduce, all-gather, reject), one SASS file per kernel and kernels.txt (SHA-256
 #             of each kernel's SASS, its resource usage, its name) in --out; diff two kernels.txt to compare trees
+#   soak      rocenante-soak's GPU mode (docs/performance.md "Soak"), after an incremental build of it: --mode threads
+#             (ranks as threads of one process on GPU 0, cuda_loopback; a pause is a rank's thread sleeping) or
+#             processes (forked ranks, gpu::selected_communicator: cuda_ipc on one node unless --env
+#             ROCENANTE_TRANSPORT=socket; a pause is SIGSTOP/SIGCONT; use --mps on), --ranks N (default 4),
+#             --seconds S (default 300; cut so that the soak ends by --deadline), the default mix (16 B-4 MiB,
+#             fp32/fp16/bf16, one_shot/ring/all-gather, 30 % CUDA-graph replays) and --soak-args. Receipt
+#             soak-MODE.json (and soak-MODE.png where matplotlib is installed); summary: collectives (eager, graph),
+#             wrong results, fail-stops with their messages, pauses, per-bucket p50/p99/p99.9. Exit 0 clean, 4
+#             fail-stops only, 1 wrong results or a failed rank, 77 no GPU
 #
 # Flags:
 #   --out DIR          receipt folder (default gpu-out/COMMAND-COMMIT)
@@ -56,6 +65,10 @@
 #                      test_gpu_nccl,examples,test_gpu_multiprocess; receipt runs all but the last); python: its
 #                      steps (build,pytest2,pytest4,example4,example1)
 #   --jobs N           build: ninja jobs (default: every core)
+#   --mode M           soak: threads or processes (default threads)
+#   --seconds S        soak: duration (default 300)
+#   --soak-args 'A'    soak: more rocenante-soak options, split at spaces (e.g. '--graph-share 0.5 --pdl')
+#   (soak: --ranks N is its rank count, default 4; --env VAR=VALUE goes to rocenante-soak, none by default)
 #
 # Examples:
 #   tools/gpu/run.sh deps                                       # here; then carry .deps on the device call
@@ -67,6 +80,12 @@
 #   tools/gpu/run.sh bench --out "$OUT/ab" --name default --filter 'bytes:49152/ranks:4' --repetitions 5
 #   tools/gpu/run.sh bench --out "$OUT/ab" --name trial --filter 'bytes:49152/ranks:4' --repetitions 5 --variant trial=-DMY_CHANGE=1
 #   python3 tools/gpu/compare.py "$OUT"/ab/default.json "$OUT"/ab/trial.json
+#   # GPU soaks (docs/performance.md "Soak"): a 20 s smoke of each mode (the first builds), then one device call
+#   # for each 5-minute soak:
+#   tools/gpu/run.sh soak --out "$OUT/soak-smoke" --mode threads --seconds 20
+#   tools/gpu/run.sh soak --out "$OUT/soak-smoke" --mode processes --seconds 20 --mps on --deadline 200
+#   tools/gpu/run.sh soak --out "$OUT/soak-threads" --mode threads --ranks 4 --seconds 300
+#   tools/gpu/run.sh soak --out "$OUT/soak-processes" --mode processes --ranks 4 --seconds 300 --mps on
 # Carry: .deps (from `deps`); build folders stay on the GPU machine between calls while it is warm.
 # Receipts go under docs/results/<gpu>-<date>/ with the folder as written (docs/results/README.md).
 set -uo pipefail
@@ -75,11 +94,11 @@ export PATH=/usr/local/cuda/bin:$PATH
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 cmd=${1:-}; [ -n "$cmd" ] || usage 2; shift
-case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt|perf|python|sass) ;; *) echo "run.sh: unknown command '$cmd'" >&2; usage 2 ;; esac
+case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt|perf|python|sass|soak) ;; *) echo "run.sh: unknown command '$cmd'" >&2; usage 2 ;; esac
 argv=("$cmd" "$@")
 
 out='' build=build-gpu arch=90a variant='' filter='' binary=rocenante-bench-gpu name=bench reps='' deadline=540 ranks=0
-targets='' jobs=$(nproc) tests='' include=$root/include mps=off
+targets='' jobs=$(nproc) tests='' include=$root/include mps=off mode=threads seconds=300 soak_args=''
 envs=()
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "run.sh: $1 needs a value (run.sh --help)" >&2; exit 2; }
@@ -87,12 +106,15 @@ while [ $# -gt 0 ]; do
     --out) out=$2 ;; --build) build=$2 ;; --arch) arch=$2 ;; --variant) variant=$2 ;; --filter) filter=$2 ;;
     --env) envs+=("$2") ;; --binary) binary=$2 ;; --name) name=$2 ;; --repetitions) reps=$2 ;;
     --deadline) deadline=$2 ;; --ranks) ranks=$2 ;; --targets) targets=$2 ;; --jobs) jobs=$2 ;; --tests) tests=$2 ;;
-    --include) include=$2 ;; --mps) mps=$2 ;;
+    --include) include=$2 ;; --mps) mps=$2 ;; --mode) mode=$2 ;; --seconds) seconds=$2 ;; --soak-args) soak_args=$2 ;;
     *) echo "run.sh: unknown flag '$1' (run.sh --help)" >&2; exit 2 ;;
   esac
   shift 2
 done
 case "$mps" in on|off) ;; *) echo "run.sh: --mps wants on or off" >&2; exit 2 ;; esac
+case "$mode" in threads|processes) ;; *) echo "run.sh: --mode wants threads or processes" >&2; exit 2 ;; esac
+[[ $seconds =~ ^[0-9]+$ ]] || { echo "run.sh: --seconds wants whole seconds" >&2; exit 2; }
+soak_envs=(${envs[@]+"${envs[@]}"})  # soak: only what --env gave
 [ ${#envs[@]} -gt 0 ] || envs=(ROCENANTE_BENCH_MAX_CTAS=16 ROCENANTE_BENCH_PDL=1)
 vflags=
 if [ -n "$variant" ]; then
@@ -293,6 +315,57 @@ do_perf() {
   return $r
 }
 
+# soak: rocenante-soak --gpu in --mode, built first (incremental), cut to end by the deadline; receipt soak-MODE.json,
+# its totals, fail-stops and per-bucket percentiles in the summary, soak-MODE.png where matplotlib is installed.
+do_soak() {
+  local bin=$B/benchmarks/soak/rocenante-soak n=$ranks margin=60 r
+  [ "$n" != 0 ] || n=4
+  local how=(--threads "$n"); [ "$mode" = threads ] || how=(--launch "$n")
+  targets=${targets:-benchmarks/soak/rocenante-soak} do_build || return 1
+  need benchmarks/soak/rocenante-soak || return 1
+  # the soak, plus set-up and teardown (margin), must end by the deadline
+  local secs=$seconds left_s=$((t0 + deadline - $(date +%s)))
+  if [ $((left_s - margin)) -lt "$secs" ]; then
+    secs=$((left_s - margin)); say "soak: --seconds $seconds cut to $secs s: the deadline (--deadline $deadline) leaves $left_s s"
+  fi
+  [ "$secs" -ge 10 ] || { say "soak-$mode: skipped (deadline): $left_s s left, not run, not passed"; return 1; }
+  local json=$out/soak-$mode.json
+  say "soak-$mode: $n ranks, $secs s${soak_envs[*]:+, environment ${soak_envs[*]}}${soak_args:+, $soak_args}"
+  # shellcheck disable=SC2086  # --soak-args is split at spaces on purpose
+  step "soak-$mode" $((secs + margin)) env ${soak_envs[@]+"${soak_envs[@]}"} "$bin" --gpu "${how[@]}" --seconds "$secs" \
+    --json "$json" $soak_args
+  r=$?
+  # a run cut short leaves rank 0's last minute-by-minute receipt (complete: false)
+  [ -s "$json" ] || { [ -s "$json.rank0" ] && json=$json.rank0; }
+  if [ -s "$json" ]; then
+    python3 - "$json" <<'PY' 2>&1 | tee -a "$S"
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = r.get("graph", {})
+print(f"  {r.get('mode')}: {r.get('ranks')} ranks, {r.get('transport')}, {r.get('gpu', {}).get('name')}, complete {r.get('complete')}: "
+      f"{r.get('collectives')} collectives ({r.get('calls_eager')} eager, {r.get('calls_graph')} graph; rank 0 captured "
+      f"{g.get('captures_rank0')} graphs, evicted {g.get('evictions_rank0')}), {r.get('wrong_results')} wrong, "
+      f"{r.get('fail_stops')} fail-stops, {len(r.get('pauses', []))} pauses, {r.get('run_seconds')} s")
+for pr in r.get("per_rank", []):
+    for f in pr.get("fail_stop_reports", []):
+        print(f"  fail-stop: rank {pr['rank']} at {f['t_s']} s, call {f['call']}, {f['status']}: {f['message']}")
+    for w in pr.get("wrong_reports", []):
+        print(f"  WRONG: rank {pr['rank']} call {w['call']}: {w['what']}")
+    if pr.get("stopped_on_error"):
+        print(f"  rank {pr['rank']} stopped: {pr['stopped_on_error']}")
+for c in r.get("overall", []):
+    if c["n"]:
+        print(f"  {c['bucket']:>9}: {c['n']:>8} calls, p50 {c['p50_us']:9.1f} us, p99 {c['p99_us']:9.1f} us, "
+              f"p99.9 {c['p999_us']:9.1f} us, max {c['max_us']:9.1f} us")
+PY
+    python3 tools/plot_soak.py "$json" -o "$out/soak-$mode.png" >/dev/null 2>&1 && say "  plot: soak-$mode.png" ||
+      say "  no plot here (matplotlib?): python3 tools/plot_soak.py soak-$mode.json -o soak-$mode.png elsewhere"
+  else
+    say "  no receipt; the end of soak-$mode.log:"; tail -4 "$out/soak-$mode.log" | sed 's/^/    /' | tee -a "$S"
+  fi
+  return $r
+}
+
 # python [STEPS]: the package with the GPU executor in build-pyvenv/ (offline, from .deps/wheels), its GPU tests and
 # example 05. Build folder $B-python (meson-python's, incremental while the machine stays warm).
 do_python() {
@@ -346,6 +419,7 @@ case "$cmd" in
   bench) do_bench "$name" "$binary" "${filter:-$decode}" || rc=1 ;;
   perf) do_perf || rc=1 ;;
   python) do_python || rc=1 ;;
+  soak) do_soak; rc=$? ;;
   receipt)
     do_build || { say "total: $(( $(date +%s) - t0 )) s"; exit 1; }
     do_bench receipt-decode rocenante-bench-gpu "$decode"  # first: a deadline cuts from the end
