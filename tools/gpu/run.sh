@@ -379,6 +379,9 @@ do_python() {
           say "python: python3 cannot import torch and numpy (python-torch.log): the GPU cases will skip"
         if [ ! -x "$v/bin/python" ]; then
           python3 -m venv --system-site-packages "$v" >"$out/python-venv.log" 2>&1 || { say "python: venv failed:"; tail -5 "$out/python-venv.log" | tee -a "$S"; return 1; }
+          # python3 may itself be a venv (the GPU image's holds torch): --system-site-packages reaches only the base
+          # interpreter's, so a .pth adds python3's own site-packages after the new venv's
+          python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rocenante-parent-site.pth"
         fi
         step python-tools 120 "$v/bin/python" -m pip install --disable-pip-version-check --no-index --find-links "$w" \
           "${py_build_reqs[@]}" || return 1
