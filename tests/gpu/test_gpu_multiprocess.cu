@@ -731,7 +731,7 @@ void check_recover(const std::string& transport) {
                             [](int rank) { return rank == 2 ? std::string("recover") : std::string(); });
   INFO(all_output(rs));
   for (const rank_result& r : rs) {  // one line per process, pass or fail
-    if (r.signal != 0 || r.exit_code != 0) MESSAGE("rank " << r.rank << (r.replacement ? " (replacement)" : "") << ": exit "
+    if (r.signal != 0 || r.exit_code != 0) MESSAGE("rank " << r.rank << std::string(r.replacement ? " (replacement)" : "") << ": exit "
                                                     << r.exit_code << ", signal " << r.signal << " after " << r.seconds << " s; "
                                                     << r.value("failed"));
     if (r.replacement)

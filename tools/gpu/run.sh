@@ -169,21 +169,8 @@ sass() {
   local w handle=rocenante::transport::direct_handle; w=$(mktemp -d)
   local cuobjdump=$tools/cuobj/nvidia/cu13/bin/cuobjdump
   if [ "$ranks" = all ]; then
-    # what the communicator's dispatch instantiates, so the kernel list follows the library, not this script
-    cat >"$w/k.cu" <<'CU'
-#include <rocenante/gpu/communicator.hpp>
-using namespace rocenante;
-using C = gpu::communicator<transport::cuda_loopback>;
-#define ROCENANTE_SASS_DTYPE(T)                                                                                     \
-  template status C::all_reduce<algorithm::one_shot, T, algorithm::no_epilogue>(const T*, T*, std::size_t,           \
-                                                                                cudaStream_t, algorithm::one_shot,   \
-                                                                                algorithm::no_epilogue);             \
-  template status C::all_reduce<algorithm::ring, T, algorithm::no_epilogue>(const T*, T*, std::size_t, cudaStream_t, \
-                                                                            algorithm::ring, algorithm::no_epilogue); \
-  template status C::all_gather<algorithm::one_shot, T>(const T*, T*, std::size_t, cudaStream_t, algorithm::one_shot);
-ROCENANTE_SASS_DTYPE(__nv_bfloat16)
-ROCENANTE_SASS_DTYPE(float)
-CU
+    # what the communicator's dispatch instantiates (tests/gpu/dispatched_kernels.cu), so the list follows the library
+    cp "$root/tests/gpu/dispatched_kernels.cu" "$w/k.cu"
     # shellcheck disable=SC2086
     nvcc -std=c++20 -arch=sm_90a -cubin -O3 -I"$include" $vflags "$w/k.cu" -o "$w/k.cubin" || { rm -rf "$w"; return 1; }
     local dir=${out:-$root/gpu-out/sass-all}; mkdir -p "$dir"
@@ -323,6 +310,9 @@ do_soak() {
   local how=(--threads "$n"); [ "$mode" = threads ] || how=(--launch "$n")
   targets=${targets:-benchmarks/soak/rocenante-soak} do_build || return 1
   need benchmarks/soak/rocenante-soak || return 1
+  # the receipt's commit: the one `deps` recorded (a .git copied to the GPU machine may be stale)
+  ROCENANTE_SOAK_COMMIT=$(commit | paste -sd' ' | awk '{print substr($1, 1, 12) ($2 == "dirty" ? "-dirty" : "")}')
+  export ROCENANTE_SOAK_COMMIT
   # the soak, plus set-up and teardown (margin), must end by the deadline
   local secs=$seconds left_s=$((t0 + deadline - $(date +%s)))
   if [ $((left_s - margin)) -lt "$secs" ]; then

@@ -109,14 +109,17 @@ ROCENANTE_HOST_DEVICE constexpr unsigned small_threads(std::uint64_t packets) {
 
 /// The failure path of part `part` of a collective kernel (a wait failed, or the call returned at entry on a poisoned
 /// rank): every thread of the CTA fills the part's elements of `out` with the poison value (algorithm/poison.hpp),
-/// and thread 0 of part 0 counts the call (protocol::count_failed_call).
-template <class Algorithm, class Reduction, class Handle>
-ROCENANTE_DEVICE ROCENANTE_COLD void poison_part(const device::context<Handle>& ctx, typename Reduction::value_type* out,
-                                                 std::uint64_t count, std::uint32_t part, std::uint32_t parts,
-                                                 protocol::collective c) {
+/// and thread 0 of part 0 counts the call (protocol::count_failed_call). Out of line, so it takes values only: a
+/// reference to the kernel's context would make the compiler copy the whole context (a kernel parameter) into local
+/// memory at entry and read the handle from there on the hot path (docs/design.md §1.4, "Cold paths").
+template <class Algorithm, class Reduction>
+ROCENANTE_DEVICE ROCENANTE_COLD void poison_part(typename Reduction::value_type* out, std::uint64_t count,
+                                                 std::uint32_t part, std::uint32_t parts, int ranks,
+                                                 protocol::collective c, protocol::rank_state* state,
+                                                 protocol::rank_state* mirror) {
   device::block_team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
-  Algorithm::template poison_part<Reduction>(team, out, count, part, parts, ctx.handle.ranks(), c);
-  if (part == 0 && threadIdx.x == 0) protocol::count_failed_call(ctx.state, ctx.mirror);
+  Algorithm::template poison_part<Reduction>(team, out, count, part, parts, ranks, c);
+  if (part == 0 && threadIdx.x == 0) protocol::count_failed_call(state, mirror);
 }
 
 template <class Algorithm, class Reduction, class Handle, class Epilogue = algorithm::no_epilogue,
@@ -130,13 +133,13 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
   if constexpr (Path == reduce_path::small || Path == reduce_path::small_ll) {
     // parts == gridDim.x; the wait for the stream predecessor comes after the plan (dependency_gate)
     if (!coll.template run_small<Path == reduce_path::small_ll>(ctx, in, out, count, blockIdx.x, parts, epi, dependency_gate{}))
-      poison_part<Algorithm, Reduction>(ctx, out, count, blockIdx.x, parts, protocol::collective::all_reduce);
+      poison_part<Algorithm, Reduction>(out, count, blockIdx.x, parts, ctx.handle.ranks(), protocol::collective::all_reduce, ctx.state, ctx.mirror);
     return;
   }
   dependent_launch_entry();
   if constexpr (Path == reduce_path::any) {
     if (!coll.run(ctx, in, out, count, blockIdx.x, parts, epi))  // parts == gridDim.x
-      poison_part<Algorithm, Reduction>(ctx, out, count, blockIdx.x, parts, protocol::collective::all_reduce);
+      poison_part<Algorithm, Reduction>(out, count, blockIdx.x, parts, ctx.handle.ranks(), protocol::collective::all_reduce, ctx.state, ctx.mirror);
   } else {
     for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
       if (p != blockIdx.x) __threadfence();  // two calls in one kernel (block_all_reduce::run)
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
         ok = coll.template run_bulk<Path == reduce_path::bulk_discard>(ctx, in, out, count, p, parts, epi);
       if (!ok) {  // this part and the CTA's later ones are not computed: poison them all
         for (std::uint32_t q = p; q < parts; q += gridDim.x)
-          poison_part<Algorithm, Reduction>(ctx, out, count, q, parts, protocol::collective::all_reduce);
+          poison_part<Algorithm, Reduction>(out, count, q, parts, ctx.handle.ranks(), protocol::collective::all_reduce, ctx.state, ctx.mirror);
         break;
       }
     }
@@ -165,13 +168,13 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
                                                               static_cast<int>(blockDim.x));
   if constexpr (!Loop) {
     if (!coll.run(ctx, in, out, count, blockIdx.x, parts))
-      poison_part<Algorithm, Reduction>(ctx, out, count, blockIdx.x, parts, protocol::collective::all_gather);
+      poison_part<Algorithm, Reduction>(out, count, blockIdx.x, parts, ctx.handle.ranks(), protocol::collective::all_gather, ctx.state, ctx.mirror);
   } else {
     for (std::uint32_t p = blockIdx.x; p < parts; p += gridDim.x) {
       if (p != blockIdx.x) __threadfence();
       if (!coll.run(ctx, in, out, count, p, parts)) {
         for (std::uint32_t q = p; q < parts; q += gridDim.x)
-          poison_part<Algorithm, Reduction>(ctx, out, count, q, parts, protocol::collective::all_gather);
+          poison_part<Algorithm, Reduction>(out, count, q, parts, ctx.handle.ranks(), protocol::collective::all_gather, ctx.state, ctx.mirror);
         break;
       }
     }

@@ -352,7 +352,10 @@ class session {
   /// Part p clears this slot's flag words of parts p, p + parts, ... (every channel) in this rank's window.
   /// Nothing of an earlier call is still in flight into them, and peers write this slot again only at the next
   /// call but one, after this rank's next flags (docs/design.md, "Sequence wrap", has the argument).
-  ROCENANTE_HOST_DEVICE ROCENANTE_COLD void scrub(std::uint32_t parts) {
+  /// Inline (behind [[unlikely]]), not ROCENANTE_COLD: an out-of-line member takes the session's address and with
+  /// it the handle's, a kernel parameter, which the compiler then copies to local memory at every kernel's entry
+  /// (docs/design.md §1.4, "Cold paths take values"; tests/gpu/kernel_frames.sh).
+  ROCENANTE_HOST_DEVICE void scrub(std::uint32_t parts) {
     const auto& l = h_.layout();
     const std::uint64_t per_part = l.channels;
     const std::uint64_t mine = (l.max_parts - part_ + parts - 1) / parts;  // parts p, p + parts, ... below max_parts

@@ -1,0 +1,16 @@
+// Every kernel gpu::communicator<cuda_loopback> launches for bf16 and fp32 (one_shot and ring all-reduce,
+// all-gather, reject): the dispatch instantiates them, so the list follows the library. Compiled to a cubin, never
+// run: by tests/gpu/kernel_frames.sh (each kernel's stack frame, ptxas -v) and by `tools/gpu/run.sh sass --ranks
+// all` (each kernel's SASS, to compare two trees).
+#include <rocenante/gpu/communicator.hpp>
+using namespace rocenante;
+using C = gpu::communicator<transport::cuda_loopback>;
+#define ROCENANTE_DISPATCHED(T)                                                                                     \
+  template status C::all_reduce<algorithm::one_shot, T, algorithm::no_epilogue>(const T*, T*, std::size_t,           \
+                                                                                cudaStream_t, algorithm::one_shot,   \
+                                                                                algorithm::no_epilogue);             \
+  template status C::all_reduce<algorithm::ring, T, algorithm::no_epilogue>(const T*, T*, std::size_t, cudaStream_t, \
+                                                                            algorithm::ring, algorithm::no_epilogue); \
+  template status C::all_gather<algorithm::one_shot, T>(const T*, T*, std::size_t, cudaStream_t, algorithm::one_shot);
+ROCENANTE_DISPATCHED(__nv_bfloat16)
+ROCENANTE_DISPATCHED(float)
