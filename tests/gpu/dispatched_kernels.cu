@@ -1,8 +1,10 @@
 // Every kernel gpu::communicator<cuda_loopback> launches for bf16 and fp32 (one_shot and ring all-reduce,
-// all-gather, reject): the dispatch instantiates them, so the list follows the library. Compiled to a cubin, never
+// all-gather, reject) and gpu/nvfp4.hpp's collectives for bf16: the dispatch instantiates them, so the list follows
+// the library. Compiled to a cubin, never
 // run: by tests/gpu/kernel_frames.sh (each kernel's stack frame, ptxas -v) and by `tools/gpu/run.sh sass --ranks
 // all` (each kernel's SASS, to compare two trees).
 #include <rocenante/gpu/communicator.hpp>
+#include <rocenante/gpu/nvfp4.hpp>
 using namespace rocenante;
 using C = gpu::communicator<transport::cuda_loopback>;
 #define ROCENANTE_DISPATCHED(T)                                                                                     \
@@ -14,3 +16,8 @@ using C = gpu::communicator<transport::cuda_loopback>;
   template status C::all_gather<algorithm::one_shot, T>(const T*, T*, std::size_t, cudaStream_t, algorithm::one_shot);
 ROCENANTE_DISPATCHED(__nv_bfloat16)
 ROCENANTE_DISPATCHED(float)
+using B = __nv_bfloat16;
+template status gpu::all_reduce_fp4<B, transport::cuda_loopback>(C&, const B*, B*, std::size_t, cudaStream_t, std::string*);
+template status gpu::all_reduce_quantize<B, transport::cuda_loopback>(C&, const B*, const algorithm::nvfp4_epilogue<B>&,
+                                                                      cudaStream_t, std::string*);
+template status gpu::all_gather_nvfp4<transport::cuda_loopback>(C&, const algorithm::nvfp4_gather&, cudaStream_t, std::string*);

@@ -661,6 +661,8 @@ struct one_shot_fp4 {
 
   /// Failure paths (a wait failed, or the call returned at entry on a poisoned rank): every team thread of part
   /// `part` calls; the part's own outputs get the poison value (algorithm/poison.hpp), other parts' stay as they are.
+  /// Out of line, so the descriptors come by value: a reference to a kernel parameter would make every kernel copy
+  /// it to local memory at entry (docs/design.md §1.4, "Cold paths take values").
   template <reduce::reduction R, class Team>
   ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, typename R::value_type* out, std::uint64_t count,
                                                               std::uint32_t part, std::uint32_t parts) {
@@ -669,7 +671,7 @@ struct one_shot_fp4 {
     fill_poison(out, pb.begin * 16, last, static_cast<std::uint64_t>(team.thread()), static_cast<std::uint64_t>(team.size()));
   }
   template <class T, class Team>
-  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, const nvfp4_epilogue<T>& e, std::uint32_t part,
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, nvfp4_epilogue<T> e, std::uint32_t part,
                                                               std::uint32_t parts) {
     const range rows = split(e.rows, parts, part);
     const std::uint64_t t = static_cast<std::uint64_t>(team.thread()), step = static_cast<std::uint64_t>(team.size());
@@ -678,7 +680,7 @@ struct one_shot_fp4 {
     if (e.out_data != nullptr) poison_rows(e.out_data, e.out_scales, e.layout, e.cols, rows.begin, rows.end, t, step);
   }
   template <class Team>
-  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, const nvfp4_gather& g, int ranks, std::uint32_t part,
+  ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, nvfp4_gather g, int ranks, std::uint32_t part,
                                                               std::uint32_t parts) {
     const range rows = split(g.rows, parts, part);
     const std::uint64_t t = static_cast<std::uint64_t>(team.thread()), step = static_cast<std::uint64_t>(team.size());
