@@ -1,4 +1,4 @@
-// bench_nvfp4.cu — Google Benchmark suite for NVFP4 (issue 5), CUDA-event manual time:
+// bench_nvfp4.cu — Google Benchmark suite for NVFP4, CUDA-event manual time:
 //
 //   copy/d2d/bytes:67108864                        device-to-device copy, read + write counted (rw_GBps): the bar
 //   nvfp4/quantize_epilogue/bf16/bytes:67108864/<variant>

@@ -1,4 +1,4 @@
-// GPU suite, NVFP4 (issue 5): the GPU codec bit for bit against the host codec on 10^8 elements, and the NVFP4
+// GPU suite, NVFP4: the GPU codec bit for bit against the host codec on 10^8 elements, and the NVFP4
 // collectives (compressed all-reduce, quantizing epilogue with residual + RMSNorm, NVFP4 all-gather) byte for byte
 // against the host executor (host::nvfp4_communicator on CPU threads, which the host suite checks against models
 // and a float64 reference), with several ranks on one GPU, direct (cuda_loopback) and proxy (cuda_loopback_proxy).
