@@ -159,6 +159,44 @@ TEST_SUITE("host.input") {
     check_refused(2, "zero", [&](comm_t& c, int) { return c.all_reduce(in.data(), out.data(), 0); });
   }
 
+  TEST_CASE("refusal() answers with the call's own words for a shape problem (one body: host::shape_refusal)") {
+    const std::size_t cap = mismatch_options().capacity_bytes / sizeof(float);  // 4096
+    std::vector<float> in(cap + 1, 1.0f);
+    std::vector<std::vector<float>> out(2, std::vector<float>(2 * (cap + 1)));
+    std::vector<std::string> asked(2);
+    auto check = [&](const std::vector<divergent_result>& res, const std::string& want) {
+      for (std::size_t r = 0; r < res.size(); ++r) {
+        CAPTURE(r);
+        INFO(res[r].error);
+        CHECK(asked[r] == want);
+        CHECK(res[r].first == status::invalid_argument);
+        CHECK(contains(res[r].error, want));
+      }
+    };
+    SUBCASE("count above capacity: the count, its bytes, the capacity and the advice") {
+      check(run_divergent(2, mismatch_options(), [&](comm_t& c, int r) {
+        asked[r] = c.refusal(cap + 1, dtype::f32, algorithm::algo::ring);
+        return c.all_reduce<ring>(in.data(), out[r].data(), cap + 1);
+      }), "count 4097 (16388 bytes) exceeds capacity_bytes 16384; raise options::capacity_bytes on every rank");
+    }
+    SUBCASE("all-gather, count zero") {
+      check(run_divergent(2, mismatch_options(), [&](comm_t& c, int r) {
+        asked[r] = c.refusal(0, dtype::f32, algorithm::algo::one_shot, protocol::collective::all_gather);
+        return c.all_gather(in.data(), out[r].data(), 0);
+      }), "count is zero");
+    }
+    SUBCASE("a null pointer with count zero reports the pointer: pointers are checked first") {
+      const auto res = run_divergent(2, mismatch_options(), [&](comm_t& c, int r) {
+        return c.all_reduce(static_cast<const float*>(nullptr), out[r].data(), 0);
+      });
+      for (const auto& x : res) {
+        CHECK(x.first == status::invalid_argument);
+        CHECK(contains(x.error, "input or output pointer is null"));
+        CHECK_FALSE(contains(x.error, "count is zero"));
+      }
+    }
+  }
+
   TEST_CASE("null input or output pointers are refused with invalid_argument") {
     // One buffer per rank: a refused call fills its output with the poison value (docs/api.md).
     std::vector<std::vector<__half>> buf(2, std::vector<__half>(64));

@@ -313,25 +313,21 @@ class communicator {
   status precheck(const void* in, const void* out, std::size_t count, std::size_t elem, bool gather, cudaStream_t stream,
                   algorithm::poison_span fill) {
     algorithm::poison_list safe{};
-    if (out != nullptr && count != 0 && count <= opts_.capacity_bytes / elem) safe.span[0] = fill;
+    if (host::refusal_fills(out, count, elem, opts_.capacity_bytes)) safe.span[0] = fill;
     if (detail::load_acquire(&mirror_host_->poison) == protocol::poisoned) {
       // Nothing to take part in: the reject kernel returns at entry after filling and counting.
       (void)launch(kernel::reject<handle_type>, 1, threads, stream, capacity_, ctx_, safe);
       (void)cudaGetLastError();
       return refuse(status::poisoned, check_health().message);
     }
-    std::string why;
+    // Null pointers first, then the shape (host::shape_refusal: call_refusal's body, what refusal() answers), then
+    // overlap.
     const auto* ib = static_cast<const std::byte*>(in);
     const auto* ob = static_cast<const std::byte*>(out);
     const std::uint64_t out_bytes = std::uint64_t{count} * elem * (gather ? size() : 1);
-    if (in == nullptr || out == nullptr) why = "input or output pointer is null";
-    else if (count == 0) why = "count is zero";
-    else if (count > opts_.capacity_bytes / elem)
-      why = "count " + std::to_string(count) + " exceeds capacity_bytes " + std::to_string(opts_.capacity_bytes) +
-            "; raise options::capacity_bytes on every rank";
-    else if (!host::fits<A>(layout_))
-      why = std::string("algorithm ") + A::name + " needs a larger window than this communicator laid out";
-    else if (!(!gather && ib == ob) && ib < ob + out_bytes && ob < ib + count * elem)
+    std::string why = in == nullptr || out == nullptr ? std::string("input or output pointer is null")
+                                                      : host::shape_refusal<A>(count, elem, layout_);
+    if (why.empty() && !(!gather && ib == ob) && ib < ob + out_bytes && ob < ib + count * elem)
       why = "input and output overlap without being the same buffer";
     if (why.empty()) return status::ok;
     return reject_in_sequence(stream, why, safe);

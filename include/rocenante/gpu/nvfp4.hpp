@@ -39,9 +39,7 @@ template <class Transport>
 std::string check_common(communicator<Transport>& c, const void* in, const void* out, std::uint64_t count, std::uint64_t elem) {
   if (c.check_health().state != status::ok) return "communicator is poisoned";
   if (in == nullptr || out == nullptr) return "input or output pointer is null";
-  if (count == 0) return "count is zero";
-  if (count > c.opts().capacity_bytes / elem) return "count " + std::to_string(count) + " exceeds capacity_bytes";
-  return {};
+  return host::capacity_refusal(count, elem, c.opts().capacity_bytes);
 }
 }  // namespace nvfp4_detail
 

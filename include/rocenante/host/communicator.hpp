@@ -38,6 +38,36 @@ struct health {
   bool ok() const { return state == status::ok; }
 };
 
+/// Why `count` elements of `elem` bytes cannot be one rank's input to a collective on a window of `capacity_bytes`
+/// (empty: they can): a zero count, or more bytes than the window holds. Judged from values every rank shares. The
+/// one body of this check: shape_refusal (call_refusal, so every refusal(); the host and GPU executors' calls) and
+/// the NVFP4 calls' check_common (host and GPU) reach it.
+inline std::string capacity_refusal(std::uint64_t count, std::uint64_t elem, std::uint64_t capacity_bytes) {
+  if (count == 0) return "count is zero";
+  if (count > capacity_bytes / elem)
+    return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
+           std::to_string(capacity_bytes) + "; raise options::capacity_bytes on every rank";
+  return {};
+}
+
+/// Why a call of `count` elements of `elem` bytes with algorithm A cannot run on `window` (empty: it can), judged
+/// only from values every rank shares: capacity_refusal, then whether A fits the window's layout. The shape part of
+/// every call's checks (call_refusal; host::communicator::run; gpu::communicator::precheck), which add the dtype
+/// and collective (call_refusal) or the pointers (the calls: null first, overlap last).
+template <class A>
+std::string shape_refusal(std::uint64_t count, std::uint64_t elem, const protocol::window_layout& window) {
+  if (std::string why = capacity_refusal(count, elem, window.capacity_bytes); !why.empty()) return why;
+  if (!fits<A>(window)) return std::string("algorithm ") + A::name + " needs a larger window than this communicator laid out";
+  return {};
+}
+
+/// Whether a refused call fills its output with the poison value: when `out` is not null and `count` elements of
+/// `elem` bytes fit `capacity_bytes`. A null output cannot be filled, and a count above capacity more likely says
+/// the size is wrong than the buffer that large (writing past a buffer is worse than leaving it).
+inline bool refusal_fills(const void* out, std::uint64_t count, std::uint64_t elem, std::uint64_t capacity_bytes) {
+  return out != nullptr && count != 0 && count <= capacity_bytes / elem;
+}
+
 /// What the host executors (communicator, nvfp4_communicator) share: the collective set-up, this rank's protocol
 /// state and wait policy, health, the loop over a collective's parts, and the refusal of a bad call in its place in
 /// the sequence (session::reject).
@@ -166,22 +196,17 @@ class executor_base {
   }
 
   /// Why a call with these pointers and `count` elements of `elem` bytes cannot run on this window (empty: it can).
+  /// The null check first (a null pointer with count 0 reports null), then capacity_refusal.
   std::string check_common(const void* in, const void* out, std::uint64_t count, std::uint64_t elem) const {
     if (in == nullptr || out == nullptr) return "input or output pointer is null";
-    if (count == 0) return "count is zero";
-    if (count > opts_.capacity_bytes / elem)
-      return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
-             std::to_string(opts_.capacity_bytes) + "; raise options::capacity_bytes on every rank";
-    return {};
+    return capacity_refusal(count, elem, opts_.capacity_bytes);
   }
 
-  /// What a refused call fills: all of `out` (`out_elems` elements) when out is not null and `count` fits
-  /// capacity_bytes; nothing otherwise — a null output cannot be filled, and a count above capacity more likely
-  /// says the size is wrong than the buffer that large (writing past a buffer is worse than leaving it).
+  /// What a refused call fills: all of `out` (`out_elems` elements) when refusal_fills; nothing otherwise.
   template <class T>
   algorithm::poison_list refused_poison(T* out, std::uint64_t count, std::uint64_t out_elems, std::uint64_t elem) const {
     algorithm::poison_list l{};
-    if (out != nullptr && count != 0 && count <= opts_.capacity_bytes / elem) l.span[0] = algorithm::poison_of(out, out_elems);
+    if (refusal_fills(out, count, elem, opts_.capacity_bytes)) l.span[0] = algorithm::poison_of(out, out_elems);
     return l;
   }
 
@@ -217,15 +242,8 @@ inline std::string call_refusal(std::size_t count, dtype t, algorithm::algo a, p
   if (elem == 0) return std::string("no reduction for dtype ") + to_string(t) + " on the " + executor;
   if (c == protocol::collective::all_gather && a != algorithm::algo::one_shot) return "all_gather runs one_shot only";
   if (window == nullptr) return {};
-  if (count == 0) return "count is zero";
-  if (count > window->capacity_bytes / elem)
-    return "count " + std::to_string(count) + " (" + std::to_string(count * elem) + " bytes) exceeds capacity_bytes " +
-           std::to_string(window->capacity_bytes);
-  const bool fit = a == algorithm::algo::ring ? fits<algorithm::ring>(*window) : fits<algorithm::one_shot>(*window);
-  if (!fit)
-    return std::string("algorithm ") + (a == algorithm::algo::ring ? "ring" : "one_shot") +
-           " needs a larger window than this communicator laid out";
-  return {};
+  return a == algorithm::algo::ring ? shape_refusal<algorithm::ring>(count, elem, *window)
+                                    : shape_refusal<algorithm::one_shot>(count, elem, *window);
 }
 
 /// The run-time dtype dispatch (enum -> instantiation) of every executor: f.template operator()<T>(nullptr) for the
@@ -334,9 +352,9 @@ class communicator : public executor_base<Transport> {
   status run(protocol::collective c, const typename R::value_type* in, typename R::value_type* out, std::size_t count) {
     using T = typename R::value_type;
     const std::uint64_t bytes = std::uint64_t{count} * sizeof(T);
-    std::string why = this->check_common(in, out, count, sizeof(T));
-    if (why.empty() && !fits<A>(layout_))
-      why = std::string("algorithm ") + A::name + " needs a larger window than this communicator laid out";
+    // Null pointers first, then the shape (shape_refusal: call_refusal's body, what refusal() answers), then overlap.
+    std::string why = in == nullptr || out == nullptr ? std::string("input or output pointer is null")
+                                                      : shape_refusal<A>(count, sizeof(T), layout_);
     if (why.empty()) {
       const std::uint64_t out_elems = c == protocol::collective::all_gather ? count * size() : count;
       const bool in_place = c == protocol::collective::all_reduce && static_cast<const void*>(in) == out;
