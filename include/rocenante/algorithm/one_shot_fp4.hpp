@@ -573,6 +573,7 @@ struct one_shot_fp4 {
 
     auto src = [&](std::uint64_t m, std::uint64_t k, float (&hv)[16]) {
       const std::uint64_t b = (m * e.cols) / 16 + k;  // block index in the flattened tensor
+      if (n < 1) __builtin_unreachable();  // a world has a rank: q == 0 below writes every hv[i] first
       for (int q = 0; q < n; ++q) {
         float v[16];
         if (q == r) {
