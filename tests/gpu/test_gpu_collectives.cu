@@ -337,8 +337,8 @@ TEST_SUITE("gpu.proxy") {
                         ", parts used " + std::to_string(comm.parts_for<float>(count)) + "; per part: consumed/stamps[0..7]/seq";
         for (std::uint32_t p = 0; p < comm.layout().max_parts; ++p) {
           const auto& q = comm.transport().queues()[p];
-          // appends, not "literal" + std::string: GCC 12 warns (-Wrestrict) on that operator+ inlined here
           d += "\n  part " + std::to_string(p) + ": " + std::to_string(q.consumed) + " /";
+          // append(), not " " + std::to_string(...): GCC 12 warns (-Wrestrict) on that operator+ inlined in this loop
           for (int j = 0; j < 8; ++j) d.append(" ").append(std::to_string(q.entries[j].stamp));
           d.append(" / ").append(std::to_string(rs.seq[p]));
         }
