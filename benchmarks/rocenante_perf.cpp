@@ -101,8 +101,10 @@ void print_help() {
       "                            every size here (the size table of algorithm/auto.hpp is not applied by this tool)\n"
       "      --collective C        all_reduce|all_gather (default all_reduce)\n"
       "      --ranks N             in-process ranks, 1..%d (default 4); one rank per process: the world size\n"
-      "      --transport T         ranks as threads: host | cuda_loopback | cuda_proxy (default: cuda_loopback when\n"
-      "                            a GPU is present and this build has the GPU path, else host); `loopback` = host.\n"
+      "      --transport T         ranks as threads: host | loopback_proxy | cuda_loopback | cuda_proxy (default:\n"
+      "                            cuda_loopback when a GPU is present and this build has the GPU path, else host);\n"
+      "                            `loopback` = host; loopback_proxy: the host executor's proxy path (a CPU proxy\n"
+      "                            thread per rank posts what the ranks stage, as over ibverbs and socket).\n"
       "                            One rank per process, host executor: auto | ibverbs | socket (default auto: the\n"
       "                            start-up selection, ROCENANTE_TRANSPORT from the environment, unset = auto);\n"
       "                            GPU executor (rank on GPU LOCAL_RANK mod device count): gpu_auto (the selection:\n"
@@ -112,6 +114,10 @@ void print_help() {
       "                            (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) is set; these select it by themselves\n"
       "      --devices N           GPU: spread ranks round-robin over the first N GPUs (default: min(ranks, GPUs))\n"
       "      --max-parts N         GPU: CTAs per collective per rank (default: gpu::default_options(), 16)\n"
+      "      --call-post-max-bytes N  proxy-mode transports: calls up to N bytes per rank are posted once (one\n"
+      "                            doorbell, one payload and one flag write per peer and rail), larger ones per part\n"
+      "                            (options::call_post_max_bytes; 0: always per part). Proxy rows print a line with\n"
+      "                            rank 0's proxy counters per call (doorbells, writes, completions, busy time)\n"
       "      --nccl, --no-nccl     GPU: run NCCL beside the library (default: wherever it can run, i.e. one rank\n"
       "                            per GPU and libnccl.so.2 loadable; --nccl makes its absence an error)\n"
       "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
@@ -239,7 +245,7 @@ void detect_launch(config& c) {
 
 config parse_args(int argc, char** argv) {
   enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt, opt_nccl, opt_no_nccl, opt_devices,
-         opt_parts, opt_mpi };
+         opt_parts, opt_mpi, opt_call_post };
   static const option long_opts[] = {
       {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
@@ -253,6 +259,7 @@ config parse_args(int argc, char** argv) {
       {"cudagraph", required_argument, nullptr, 'G'},  {"nccl", no_argument, nullptr, opt_nccl},
       {"no-nccl", no_argument, nullptr, opt_no_nccl},   {"devices", required_argument, nullptr, opt_devices},
       {"max-parts", required_argument, nullptr, opt_parts}, {"mpi", no_argument, nullptr, opt_mpi},
+      {"call-post-max-bytes", required_argument, nullptr, opt_call_post},
       {nullptr, 0, nullptr, 0}};
   config c;
   int ch;
@@ -289,6 +296,7 @@ config parse_args(int argc, char** argv) {
       case opt_no_nccl: c.nccl = nccl_mode::off; break;
       case opt_devices: c.devices = static_cast<int>(parse_int(optarg, "devices", 1, max_ranks)); break;
       case opt_parts: c.max_parts = static_cast<int>(parse_int(optarg, "max-parts", 1, 1024)); break;
+      case opt_call_post: c.call_post_max_bytes = static_cast<long long>(parse_size(optarg)); break;
       case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); c.ranks_given = true; break;
       case opt_mpi: c.launch = launch_kind::mpirun; c.launch_why = "--mpi"; break;
       case opt_collective:
@@ -301,6 +309,7 @@ config parse_args(int argc, char** argv) {
         c.transport_given = true;
         c.transport_arg = t;
         if (t == "host" || t == "loopback") c.backend = backend_kind::host;
+        else if (t == "loopback_proxy" || t == "host_proxy") c.backend = backend_kind::host_proxy;
         else if (t == "cuda_loopback" || t == "gpu") c.backend = backend_kind::cuda_loopback;
         else if (t == "cuda_proxy" || t == "cuda_loopback_proxy") c.backend = backend_kind::cuda_proxy;
         else if (t == "ibverbs") c.backend = backend_kind::ibverbs;
@@ -343,7 +352,7 @@ config parse_args(int argc, char** argv) {
   }
   if (c.min_bytes == 0) c.min_bytes = 1;
   if (c.max_bytes < c.min_bytes) usage_error("maxbytes is below minbytes");
-  if (c.transport_given && c.backend == backend_kind::host && c.graph_launches > 0) usage_error("-G needs a GPU transport");
+  if (c.transport_given && host_threads(c.backend) && c.graph_launches > 0) usage_error("-G needs a GPU transport");
   if (c.coll == collective_kind::all_gather) {
     std::vector<algo> kept;
     for (algo a : c.algos)
@@ -359,7 +368,14 @@ config parse_args(int argc, char** argv) {
 void run_host(const config& cfg, std::vector<row>& rows) {
   const auto boot_timeout = std::chrono::milliseconds(static_cast<long long>(std::max(60.0, 6 * cfg.timeout_s) * 1e3));
   host::spawn_ranks(
-      cfg.ranks, [&](bootstrap::in_process& boot) { run_rank<transport::loopback>(boot, cfg, rows); }, boot_timeout);
+      cfg.ranks,
+      [&](bootstrap::in_process& boot) {
+        if (cfg.backend == backend_kind::host_proxy)
+          run_rank<transport::loopback_proxy>(boot, cfg, rows);
+        else
+          run_rank<transport::loopback>(boot, cfg, rows);
+      },
+      boot_timeout);
 }
 
 // ---- provenance and the JSON receipt -------------------------------------------------------------------------
@@ -447,7 +463,7 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
     if (i) cmd += ' ';
     cmd += shell_quote(argv[i]);
   }
-  const bool on_host = cfg.backend == backend_kind::host;
+  const bool on_host = host_threads(cfg.backend);
   const bool mpi = per_process(cfg.backend);  // one rank per process, whichever launcher
   const bool gpu_proc = gpu_per_process(cfg.backend);
   std::fprintf(f, "{\n  \"tool\": \"rocenante-perf\",\n  \"version\": \"%d.%d.%d\",\n", ROCENANTE_VERSION_MAJOR,
@@ -481,6 +497,9 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
                to_string(cfg.coll), cfg.coll == collective_kind::all_reduce ? "sum" : "none", cfg.iters, cfg.warmup);
   std::fprintf(f, "  \"graph_launches\": %d,\n  \"mode\": \"%s\",\n  \"algo_auto\": %s,\n", cfg.graph_launches,
                cfg.graph_launches > 0 ? "graph" : "eager", cfg.algo_auto ? "true" : "false");
+  std::fprintf(f, "  \"call_post_max_bytes\": %llu,\n",
+               static_cast<unsigned long long>(cfg.call_post_max_bytes >= 0 ? static_cast<std::uint64_t>(cfg.call_post_max_bytes)
+                                                                            : options{}.call_post_max_bytes));
   std::fprintf(f, "  \"check\": %s,\n  \"capacity_bytes\": %llu,\n  \"time\": %s,\n", cfg.check ? "true" : "false",
                static_cast<unsigned long long>(capacity_for(cfg)),
                json_string(on_host ? "per iteration: the slowest rank's steady_clock time of one call, after a "
@@ -546,10 +565,18 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
       std::fprintf(f, "]");
     }
     std::fprintf(f, "],\n     \"median_us\": %s, \"p99_us\": %s, \"loop_us\": %s, \"algbw_GBps\": %s, \"busbw_GBps\": %s, "
-                 "\"wrong\": %llu}",
+                 "\"wrong\": %llu",
                  json_number(r.median_us).c_str(), json_number(r.p99_us).c_str(),
                  r.loop_us > 0 ? json_number(r.loop_us).c_str() : "null", json_number(r.algbw).c_str(),
                  json_number(r.busbw).c_str(), static_cast<unsigned long long>(r.wrong));
+    if (r.proxy.present)
+      std::fprintf(f, ",\n     \"proxy_per_call\": {\"doorbells\": %s, \"whole_calls\": %s, \"writes\": %s, "
+                   "\"completions\": %s, \"busy_us\": %s, \"copy_us\": %s}",
+                   json_number(r.proxy.doorbells).c_str(), json_number(r.proxy.calls).c_str(),
+                   json_number(r.proxy.writes).c_str(),
+                   r.proxy.completions < 0 ? "null" : json_number(r.proxy.completions).c_str(),
+                   json_number(r.proxy.busy_us).c_str(), json_number(r.proxy.copy_us).c_str());
+    std::fprintf(f, "}");
   }
   std::fprintf(f, "\n  ]\n}\n");
   return std::fclose(f) == 0;
@@ -572,6 +599,16 @@ void print_row(const row& r, collective_kind c, bool p99) {
     std::printf("# %s\n", r.error.empty() ? ("rank " + std::to_string(r.failed_rank) + ": no message").c_str()
                                            : r.error.c_str());
   std::fflush(stdout);
+}
+
+void print_proxy(const row& r) {
+  if (!r.proxy.present) return;
+  char completions[48] = "";
+  if (r.proxy.completions >= 0) std::snprintf(completions, sizeof completions, ", %.2f completions", r.proxy.completions);
+  std::printf("#   proxy of rank 0, per call: %.2f doorbells (%.2f whole calls), %.2f writes%s, busy %.2f us "
+              "(copying %.2f us, posting %.2f us)\n",
+              r.proxy.doorbells, r.proxy.calls, r.proxy.writes, completions, r.proxy.busy_us, r.proxy.copy_us,
+              r.proxy.busy_us - r.proxy.copy_us);
 }
 
 void print_columns(bool p99) {
@@ -663,7 +700,7 @@ int finish_run(int argc, char** argv, const config& cfg, const provenance& prov,
   }
   const bool passed = all_ok && wrong == 0;
   if (!print) return passed ? 0 : 1;
-  const bool on_host = cfg.backend == backend_kind::host;
+  const bool on_host = host_threads(cfg.backend);
   std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), passed ? "OK" : "FAILED");
   std::printf("# Avg bus bandwidth    : %.4g%s\n", busbw_rows == 0 ? 0.0 : busbw_sum / busbw_rows,
               on_host ? "  (CPU host executor: not a performance figure)" : "  (library rows only)");
@@ -719,15 +756,17 @@ int main(int argc, char** argv) {
   if (!cfg.transport_given) {
     // Default: the GPU when this build has the GPU path and one is present, else the host executor.
     cfg.backend = gpu_count(&no_gpu_why) > 0 ? backend_kind::cuda_loopback : backend_kind::host;
-  } else if (cfg.backend != backend_kind::host && gpu_count(&no_gpu_why) == 0) {
+  } else if (!host_threads(cfg.backend) && gpu_count(&no_gpu_why) == 0) {
     std::printf("SKIP: --transport %s needs a GPU: %s\n", cfg.transport_arg.c_str(), no_gpu_why.c_str());
     return 77;
   }
-  const bool on_host = cfg.backend == backend_kind::host;
+  const bool on_host = host_threads(cfg.backend);
   if (on_host && cfg.graph_launches > 0) usage_error("-G needs a GPU transport (no GPU: " + no_gpu_why + ")");
 
   const provenance prov = read_provenance();
-  const char* description = on_host ? "CPU host executor; ranks are threads of this process"
+  const char* description = cfg.backend == backend_kind::host_proxy
+                                ? "CPU host executor, proxy mode: a CPU proxy thread per rank moves what the ranks stage"
+                            : on_host ? "CPU host executor; ranks are threads of this process"
                             : cfg.backend == backend_kind::cuda_loopback
                                 ? "GPU executor, windows in GPU memory; ranks are threads of this process, one stream each"
                                 : "GPU executor, proxy mode: host-mapped windows, a CPU proxy thread per rank";

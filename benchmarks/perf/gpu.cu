@@ -354,6 +354,7 @@ void gpu_sweep(Comm& comm, Boot& boot, const config& cfg, rank_buffers& b, const
         auto emit = [&](row r) {
           if (me == 0) {
             print_row(r, cfg.coll);
+            print_proxy(r);
             if (rows_on_every_rank)  // one rank per process: each rank's own message
               for (std::size_t q = 0; q < r.rank_errors.size(); ++q)
                 if (!r.rank_errors[q].empty()) std::printf("#   rank %zu: %s\n", q, r.rank_errors[q].c_str());
@@ -377,8 +378,16 @@ void gpu_sweep(Comm& comm, Boot& boot, const config& cfg, rank_buffers& b, const
               return st;
             };
           };
+          proxy_snapshot p0, p1;
+          const bool proxied = proxy_now(comm, p0);
           row r = a == algo::ring ? measure<T>(boot, cfg, b, plan, size, seed, lib_call(algorithm::ring{}), lib_health)
                                   : measure<T>(boot, cfg, b, plan, size, seed, lib_call(algorithm::one_shot{}), lib_health);
+          // Every call of the row: warm-up, the timed ones (a graph: its capture's calls, launched once untimed and
+          // then -G times) and the check.
+          const std::uint64_t calls = std::uint64_t(cfg.warmup) + (cfg.check ? 1u : 0u) +
+                                      (cfg.graph_launches > 0 ? std::uint64_t(cfg.iters) * (1u + std::uint64_t(cfg.graph_launches))
+                                                              : std::uint64_t(cfg.iters));
+          if (proxied && proxy_now(comm, p1)) r.proxy = proxy_per_call(p0, p1, calls);
           r.algorithm = a;
           r.impl = impl;
           emit(r);
@@ -402,6 +411,7 @@ options gpu_options(const config& cfg) {
   o.capacity_bytes = capacity_for(cfg);
   o.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
   if (cfg.max_parts > 0) o.max_parts = static_cast<std::uint32_t>(cfg.max_parts);
+  if (cfg.call_post_max_bytes >= 0) o.call_post_max_bytes = static_cast<std::uint64_t>(cfg.call_post_max_bytes);
   return o;
 }
 

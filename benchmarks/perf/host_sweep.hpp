@@ -55,6 +55,8 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
     }
   };
 
+  proxy_snapshot before, after;
+  const bool proxied = proxy_now(comm, before);
   for (int w = 0; w < cfg.warmup; ++w) note(call());
   std::vector<double> mine(static_cast<std::size_t>(cfg.iters));
   for (int it = 0; it < cfg.iters; ++it) {
@@ -85,6 +87,9 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
   boot.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
   gather_verdict(boot, out_row, first, why);
   if (cfg.check) out_row.wrong = count_wrong_anywhere(boot, wrong_bits);
+  // After the gathers: every peer has finished the last call, so this rank's proxy has taken all its descriptors.
+  if (proxied && proxy_now(comm, after))
+    out_row.proxy = proxy_per_call(before, after, std::uint64_t(cfg.warmup) + std::uint64_t(cfg.iters) + (cfg.check ? 1 : 0));
 
   finish_row(out_row, all, n, cfg.iters, cfg.coll);
   return out_row;
@@ -116,6 +121,7 @@ void sweep(Comm& comm, Boot& boot, const config& cfg, std::vector<row>& rows, bo
         else if (t == dtype::f16) run_one(static_cast<__half*>(nullptr));
         else run_one(static_cast<__nv_bfloat16*>(nullptr));
         if (boot.rank() == 0) print_row(r, cfg.coll, print_p99);
+        if (boot.rank() == 0) print_proxy(r);
         if (boot.rank() == 0 && rows_on_every_rank)  // one rank per process: each rank's own message
           for (std::size_t q = 0; q < r.rank_errors.size(); ++q)
             if (!r.rank_errors[q].empty()) std::printf("#   rank %zu: %s\n", q, r.rank_errors[q].c_str());
@@ -132,6 +138,7 @@ void run_rank(Boot& boot, const config& cfg, std::vector<row>& rows) {
   options opts;
   opts.capacity_bytes = capacity_for(cfg);
   opts.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
+  if (cfg.call_post_max_bytes >= 0) opts.call_post_max_bytes = static_cast<std::uint64_t>(cfg.call_post_max_bytes);
   host::communicator<Transport> comm(boot, opts);
   sweep(comm, boot, cfg, rows);
 }

@@ -26,14 +26,16 @@ using algorithm::algo;
 
 enum class collective_kind { all_reduce, all_gather };
 
-/// The backend that runs the rows. `host` is the CPU host executor (ranks are CPU threads); cuda_loopback and
-/// cuda_proxy run gpu::communicator ranks as threads of this process, each rank on its own stream.
+/// The backend that runs the rows. `host` is the CPU host executor (ranks are CPU threads), `host_proxy` the same
+/// over the in-process proxy transport (loopback_proxy: the posting path of ibverbs and socket, a memcpy for the
+/// wire); cuda_loopback and cuda_proxy run gpu::communicator ranks as threads of this process, each rank on its own
+/// stream.
 /// One rank per process: `ibverbs`, `socket` and `automatic` run the host executor (host::selected_communicator):
 /// that transport forced, or the start-up selection (ROCENANTE_TRANSPORT from the environment, unset = auto);
 /// `gpu_auto`, `cuda_ipc`, `cuda_socket`, `cuda_ibverbs` and `gpu_nccl` run the GPU executor
 /// (gpu::selected_communicator), the start-up selection or that transport forced.
 enum class backend_kind {
-  host, cuda_loopback, cuda_proxy,                   // ranks as threads
+  host, host_proxy, cuda_loopback, cuda_proxy,       // ranks as threads
   ibverbs, socket, automatic,                         // one rank per process, host executor
   gpu_auto, cuda_ipc, cuda_socket, cuda_ibverbs, gpu_nccl  // one rank per process, GPU executor
 };
@@ -53,6 +55,7 @@ inline const char* to_string(collective_kind c) { return c == collective_kind::a
 inline const char* to_string(backend_kind b) {
   switch (b) {
     case backend_kind::host: return "host";
+    case backend_kind::host_proxy: return "loopback_proxy";
     case backend_kind::cuda_loopback: return "cuda_loopback";
     case backend_kind::cuda_proxy: return "cuda_proxy";
     case backend_kind::ibverbs: return "ibverbs";
@@ -70,6 +73,8 @@ inline const char* to_string(backend_kind b) {
 inline bool per_process(backend_kind b) { return b >= backend_kind::ibverbs; }
 /// Whether it runs the GPU executor with one rank per process.
 inline bool gpu_per_process(backend_kind b) { return b >= backend_kind::gpu_auto; }
+/// Whether it runs the CPU host executor with ranks as threads.
+inline bool host_threads(backend_kind b) { return b == backend_kind::host || b == backend_kind::host_proxy; }
 inline const char* algo_name(algo a) { return a == algo::ring ? "ring" : "one_shot"; }
 
 struct config {
@@ -96,10 +101,65 @@ struct config {
   nccl_mode nccl = nccl_mode::automatic;
   int devices = 0;    // --devices N: ranks round-robin over the first N GPUs (0: min(ranks, visible GPUs))
   int max_parts = 0;  // --max-parts N: CTAs per collective and rank (0: gpu::default_options())
+  long long call_post_max_bytes = -1;  // --call-post-max-bytes N: options::call_post_max_bytes (-1: the default)
   std::string json_path;
   double timeout_s = 10.0;
   int corrupt_rank = -1;  // --self-test-corrupt R: flip one output bit on rank R before the check (tests the checker)
 };
+
+/// What rank 0's proxy (proxy-mode transports: loopback_proxy, socket, ibverbs) did per collective over a row's
+/// calls (warm-up and check included): descriptors taken (doorbells), of which whole calls, writes issued (payload
+/// and flag writes; RDMA work requests), completions polled (ibverbs), time inside its posting step, and of that the
+/// time copying payload (loopback proxies only, standing in for the NIC's DMA).
+struct proxy_row {
+  bool present = false;
+  double doorbells = 0, calls = 0, writes = 0, completions = -1, busy_us = 0, copy_us = 0;
+};
+
+/// A proxy's counters at one moment (proxy_row is the difference of two, per call).
+struct proxy_snapshot {
+  std::uint64_t posts = 0, calls = 0, writes = 0, busy_ns = 0, copy_ns = 0;
+  std::int64_t completions = -1;
+};
+
+/// The counters of a communicator's proxy, when its transport has one: host::communicator / gpu::communicator over
+/// a proxy-mode transport, or a selected communicator that chose one (socket, ibverbs).
+template <class Comm>
+bool proxy_now(Comm& comm, proxy_snapshot& out) {
+  auto take = [&](const auto& st) {
+    out.posts = st.posts;
+    out.calls = st.calls;
+    out.writes = st.writes;
+    out.busy_ns = st.busy_ns;
+    out.copy_ns = st.copy_ns;
+    if constexpr (requires { st.completions; }) out.completions = static_cast<std::int64_t>(st.completions);
+    return true;
+  };
+  if constexpr (requires { comm.transport().stats().writes; }) {
+    return take(comm.transport().stats());
+  } else {
+    bool got = false;
+    if constexpr (requires { typename Comm::socket_comm; })
+      if (auto* c = comm.template get<typename Comm::socket_comm>()) got = take(c->transport().stats());
+    if constexpr (requires { typename Comm::ibverbs_comm; })
+      if (auto* c = comm.template get<typename Comm::ibverbs_comm>()) got = take(c->transport().stats());
+    return got;
+  }
+}
+
+inline proxy_row proxy_per_call(const proxy_snapshot& a, const proxy_snapshot& b, std::uint64_t calls) {
+  proxy_row r;
+  if (calls == 0) return r;
+  const double c = static_cast<double>(calls);
+  r.present = true;
+  r.doorbells = static_cast<double>(b.posts - a.posts) / c;
+  r.calls = static_cast<double>(b.calls - a.calls) / c;
+  r.writes = static_cast<double>(b.writes - a.writes) / c;
+  r.completions = b.completions < 0 ? -1.0 : static_cast<double>(b.completions - a.completions) / c;
+  r.busy_us = static_cast<double>(b.busy_ns - a.busy_ns) / 1e3 / c;
+  r.copy_us = static_cast<double>(b.copy_ns - a.copy_ns) / 1e3 / c;
+  return r;
+}
 
 /// One row of the table.
 struct row {
@@ -120,6 +180,7 @@ struct row {
   int failed_rank = -1;
   std::string error;
   std::vector<std::string> rank_errors;  // when the row failed: per rank "<status>: <its first error>", "" if ok
+  proxy_row proxy;                       // proxy-mode transports: rank 0's proxy per call
   std::string label() const { return impl == "nccl" ? std::string("nccl") : std::string(algo_name(algorithm)); }
 };
 
@@ -282,6 +343,8 @@ std::uint64_t count_wrong_anywhere(Boot& boot, const std::vector<std::uint8_t>& 
 
 /// One line of the table; `p99` adds the p99 column after `time` (one rank per process only).
 void print_row(const row& r, collective_kind c, bool p99 = false);
+/// The proxy line under a row whose transport has a proxy (nothing otherwise).
+void print_proxy(const row& r);
 /// The two column-header lines of the table.
 void print_columns(bool p99 = false);
 

@@ -55,6 +55,7 @@ std::string run_host_process(bootstrap::bootstrap_ref boot, const config& cfg, s
   options opts;
   opts.capacity_bytes = capacity_for(cfg);
   opts.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
+  if (cfg.call_post_max_bytes >= 0) opts.call_post_max_bytes = static_cast<std::uint64_t>(cfg.call_post_max_bytes);
   host::select_config sel;
   if (cfg.backend == backend_kind::ibverbs) sel.transport = env::transport_choice::ibverbs;  // forced: no fallback
   if (cfg.backend == backend_kind::socket) sel.transport = env::transport_choice::socket;

@@ -13,19 +13,102 @@ using namespace rtest;
 using proxy_comm = host::communicator<transport::loopback_proxy>;
 
 TEST_SUITE("host.proxy") {
-  TEST_CASE("one_shot and ring over the proxy match the float64 reference, bit for bit their documented order") {
-    for (int n : {2, 3, 4}) {
-      CAPTURE(n);
-      check_all_reduce_against_reference<one_shot, float, transport::loopback_proxy>(n, reference_options(n != 3),
-                                                                                     300 + n);
-      check_all_reduce_against_reference<ring, __nv_bfloat16, transport::loopback_proxy>(n, reference_options(n == 3),
-                                                                                          310 + n);
+  /// reference_options with calls posted once (the default threshold is above the 64 KiB capacity) or per part.
+  options posting(bool multi_part, bool per_part) {
+    options o = reference_options(multi_part);
+    if (per_part) o.call_post_max_bytes = 0;
+    return o;
+  }
+
+  TEST_CASE("one_shot and ring over the proxy match the float64 reference, bit for bit their documented order, "
+            "calls posted once and per part") {
+    for (bool per_part : {false, true})
+      for (int n : {2, 3, 4}) {
+        CAPTURE(per_part);
+        CAPTURE(n);
+        check_all_reduce_against_reference<one_shot, float, transport::loopback_proxy>(n, posting(n != 3, per_part),
+                                                                                       300 + n);
+        check_all_reduce_against_reference<ring, __nv_bfloat16, transport::loopback_proxy>(n, posting(n == 3, per_part),
+                                                                                            310 + n);
+      }
+  }
+
+  TEST_CASE("all-gather over the proxy concatenates exactly, at 2 and 8 ranks, calls posted once and per part") {
+    for (bool per_part : {false, true}) {
+      CAPTURE(per_part);
+      check_all_gather<__nv_bfloat16, transport::loopback_proxy>(2, posting(true, per_part), 320);
+      check_all_gather<__nv_bfloat16, transport::loopback_proxy>(8, posting(false, per_part), 321);
     }
   }
 
-  TEST_CASE("all-gather over the proxy concatenates exactly, at 2 and 8 ranks") {
-    check_all_gather<__nv_bfloat16, transport::loopback_proxy>(2, reference_options(true), 320);
-    check_all_gather<__nv_bfloat16, transport::loopback_proxy>(8, reference_options(false), 321);
+  TEST_CASE("a call posted once is one doorbell and 2 (n - 1) writes per rank; per part, a descriptor per part and peer") {
+    // 4 ranks, 12 one-shot calls of 4096 floats (16 KiB), 3 parts when posted per part: the proxy's own counters.
+    constexpr int n = 4, calls = 12;
+    for (bool per_part : {false, true}) {
+      CAPTURE(per_part);
+      const options o = posting(true, per_part);
+      std::vector<transport::proxy_stats> st(n);
+      std::vector<status> res(n, status::ok);
+      host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+        proxy_comm comm(boot, o);
+        std::vector<float> in(4096, float(boot.rank() + 1)), out(4096);
+        const transport::proxy_stats before = comm.transport().stats();
+        for (int i = 0; i < calls; ++i)
+          if (status s = comm.all_reduce(in.data(), out.data(), in.size()); s != status::ok) res[boot.rank()] = s;
+        boot.barrier();  // every peer's posts of the last call were taken before its flags let this rank finish
+        transport::proxy_stats after = comm.transport().stats();
+        after.posts -= before.posts;
+        after.calls -= before.calls;
+        after.writes -= before.writes;
+        st[boot.rank()] = after;
+      });
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        CHECK(res[r] == status::ok);
+        if (!per_part) {
+          CHECK(st[r].posts == calls);
+          CHECK(st[r].calls == calls);
+          CHECK(st[r].writes == std::uint64_t{calls} * 2 * (n - 1));
+        } else {
+          CHECK(st[r].posts == std::uint64_t{calls} * 3 * (n - 1));
+          CHECK(st[r].calls == 0);
+          CHECK(st[r].writes == std::uint64_t{calls} * 3 * 2 * (n - 1));
+        }
+      }
+    }
+  }
+
+  TEST_CASE("calls posted once that differ in count or dtype fail on every rank as a mismatch, at once") {
+    constexpr int n = 3;
+    for (int variant : {0, 1}) {  // 0: rank 2 calls with 16 more elements; 1: rank 2 reduces int32-sized halves
+      CAPTURE(variant);
+      options o = reference_options(false);
+      o.timeout_ns = 5'000'000'000ull;
+      std::vector<status> st(n, status::internal);
+      std::vector<double> seconds(n, 0);
+      std::vector<std::string> msg(n);
+      host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+        proxy_comm comm(boot, o);
+        const int r = boot.rank();
+        std::vector<float> in(2048, 1.0f), out(2048);
+        std::vector<__half> hin(4096, __float2half(1.0f)), hout(4096);
+        stopwatch t;
+        if (r == 2 && variant == 0)
+          st[r] = comm.all_reduce(in.data(), out.data(), 1040);
+        else if (r == 2)
+          st[r] = comm.all_reduce(hin.data(), hout.data(), 2048);  // the same bytes, another dtype
+        else
+          st[r] = comm.all_reduce(in.data(), out.data(), 1024);
+        seconds[r] = t.seconds();
+        msg[r] = comm.last_error();
+      });
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        INFO(msg[r]);
+        CHECK(st[r] == status::mismatch);
+        CHECK(seconds[r] < 2.5);  // well inside the 5 s bound: the trailer settles it, no timeout
+      }
+    }
   }
 
   TEST_CASE("a proxy paused across two doorbells posts both sequences when it resumes, and both collectives are "

@@ -86,11 +86,14 @@ TEST_SUITE("host.socket.reference") {
       CAPTURE(r);
       MESSAGE(where[r]);
       CHECK(contains(where[r], "127.0.0.1 within a host"));
-      // one_shot: one frame to each of the 2 peers, 4000 bytes each; the same received.
-      CHECK(st[r].posts == 2);
-      CHECK(st[r].bytes == 8000);
+      // one_shot, a call posted once: one descriptor, one frame to each of the 2 peers, 4000 bytes and the 16-byte
+      // call trailer each; the same received.
+      CHECK(st[r].posts == 1);
+      CHECK(st[r].calls == 1);
+      CHECK(st[r].writes == 2);
+      CHECK(st[r].bytes == 2 * (4000 + 16));
       CHECK(st[r].frames_received == 2);
-      CHECK(st[r].bytes_received == 8000);
+      CHECK(st[r].bytes_received == 2 * (4000 + 16));
     }
   }
 }

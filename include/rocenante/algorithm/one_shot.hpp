@@ -17,6 +17,19 @@
 // Pitfalls: bytes on the wire grow as (n-1)*S, so for large S at many ranks the ring's 2(n-1)/n*S wins;
 // the own contribution is read straight from the user's input, so `in` may equal `out` (in-place) but must not
 // otherwise overlap it.
+//
+// Posting (proxy mode: loopback_proxy, socket, ibverbs — the DGX Spark path, where a CPU proxy or the NIC moves
+// the bytes). A call of at most layout.call_post_max_bytes per rank is posted once: every part stages its packets
+// into source `rank` of this rank's staging slot and counts itself (rank_state::arrived); the part that counts
+// last writes the call trailer {flag word, bytes} after the packets and rings one doorbell, a descriptor for every
+// peer. The proxy then moves [rank * stride, + bytes + 16) to each peer with one payload write and sets one flag,
+// this rank's channel of part d, per rail d — on RDMA two work requests per peer and rail. Every part of every
+// peer waits for those flags (session::wait_call); the trailer settles a flag word whose bytes are still landing
+// (session::wait_call). A larger call posts each part's range as soon as that part has staged (one descriptor per
+// part and peer, flag channel `rank` of that part), so the proxy moves part p while part p+1 is staged.
+//
+//   rank 0, 4 parts:  stage p0 | stage p1 | stage p2 | stage p3 (last: trailer, doorbell) | wait F[d][q], q = 1..3
+//   proxy of rank 0:                                             WRITE -> 1, F -> 1 | WRITE -> 2, F -> 2 | ...
 #pragma once
 
 #include <cstdint>
@@ -56,10 +69,30 @@ struct one_shot {
   /// page of the window, not n. Every rank derives the same value from the count; a rank that called with
   /// another count writes elsewhere, but its flag carries a different signature and every peer fails the call
   /// before reading (protocol/flags.hpp).
+  /// A proxy-mode layout leaves room for the call trailer after each source's packets ("Posting").
   template <reduce::reduction R>
   ROCENANTE_HOST_DEVICE static constexpr std::uint64_t source_stride(const protocol::window_layout& l, std::uint64_t count) {
-    const std::uint64_t s = protocol::align_up(protocol::ceil_div(count, reduce::lanes<R>) * packet_bytes, 256);
+    const std::uint64_t s = protocol::align_up(protocol::ceil_div(count, reduce::lanes<R>) * packet_bytes + l.trailer_bytes(), 256);
     return s < l.source_stride ? s : l.source_stride;
+  }
+
+  /// Whether handles of type Handle post whole calls (proxy mode: shared staging with post_call).
+  template <class Handle>
+  static constexpr bool posts_calls = Handle::shared_staging && requires(Handle& hh) {
+    { hh.post_call(0u, 0u, std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{0}) } -> std::same_as<bool>;
+    { hh.rails() } -> std::convertible_to<std::uint32_t>;
+  };
+
+  /// Whether a call of `bytes` bytes per rank is posted once ("Posting"): a proxy-mode handle and at most
+  /// layout.call_post_max_bytes. Depends only on values every rank shares. Every part of such a call must run at
+  /// the same time (the last to stage posts for all): the executors give it at most as many parts as CTAs (GPU)
+  /// or one part (host executor).
+  template <class Handle>
+  ROCENANTE_HOST_DEVICE static constexpr bool posts_call(const protocol::window_layout& l, std::uint64_t bytes) {
+    if constexpr (posts_calls<Handle>)
+      return bytes <= l.call_post_max_bytes;
+    else
+      return false;
   }
 
   /// All-reduce part `s.part()` of `parts`. Every team thread of every rank calls, for every part.
@@ -140,7 +173,9 @@ struct one_shot {
     // This thread's packet in source 0 of this slot; source q is q * stride further.
     const std::byte* const src0 = detail::held(h.recv_ptr(s.slot(), i * packet_bytes));
     team.sync();
-    if (!signal_and_wait(s, base, pr)) return false;
+    if (!signal_and_wait(s, stride, pr, protocol::ceil_div(count, reduce::lanes<R>), parts,
+                         posts_call<typename Session::handle_type>(h.layout(), count * sizeof(typename R::value_type))))
+      return false;
     s.trace(4);
     if (mine) {
       // Sources loaded together, one memory latency up to 8 ranks: every load of a group is issued before the
@@ -566,18 +601,30 @@ struct one_shot {
         if (i0 + u * step < pr.end) v[u] = reduce::load_user<R>(in, i0 + u * step, count);
     }
     team.sync();
-    return signal_and_wait(s, base, pr);
+    return signal_and_wait(s, stride, pr, protocol::ceil_div(count, reduce::lanes<R>), parts,
+                           posts_call<typename Session::handle_type>(h.layout(), count * sizeof(typename R::value_type)));
   }
 
-  /// After the team barrier that follows the staging of part `pr` (at offset `base` of every peer's slot): signal
-  /// every peer, wait for every peer. Direct stores: one signalling thread per peer. Shared staging (proxy, NIC):
-  /// one producer per part.
+  /// After the team barrier that follows the staging of part `pr` (source `rank` of a slot whose sources are
+  /// `stride` apart; the call has `packets` packets in `parts` parts): signal every peer, wait for every peer.
+  /// Direct stores: one signalling thread per peer. Shared staging (proxy, NIC): one producer per part, or, for a
+  /// call posted once (`whole`: posts_call), one post by the part that staged last ("Posting").
   template <class Session>
-  ROCENANTE_HOST_DEVICE static bool signal_and_wait(Session& s, std::uint64_t base, const range& pr) {
+  ROCENANTE_HOST_DEVICE static bool signal_and_wait(Session& s, std::uint64_t stride, const range& pr,
+                                                    std::uint64_t packets, std::uint32_t parts, bool whole) {
     using handle_t = typename Session::handle_type;
     auto& team = s.team();
     const int n = s.handle().ranks(), r = s.handle().rank();
+    const std::uint64_t base = static_cast<std::uint64_t>(r) * stride;
     s.trace(2);
+    if constexpr (posts_calls<handle_t>) {
+      if (whole) {
+        bool posted = true;
+        if (team.thread() == 0 && n > 1) posted = s.post_call(base, packets * packet_bytes, parts);
+        s.trace(3);
+        return s.wait_call(n, r, posted, [&](int q) { return static_cast<std::uint64_t>(q) * stride + packets * packet_bytes; });
+      }
+    }
     const int first = handle_t::shared_staging ? (team.thread() == 0 ? 0 : n) : team.thread();
     const int every = handle_t::shared_staging ? 1 : team.size();
     for (int q = first; q < n; q += every)

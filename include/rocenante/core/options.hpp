@@ -20,6 +20,13 @@ struct options {
   /// more parts than CTAs (at most max_parts), so that what a rank stages for one part is read by its peers while
   /// it is still in the GPU's L2 cache, not after it was written back to memory.
   std::uint64_t max_part_bytes = 0;
+  /// Proxy-mode transports (loopback_proxy, socket, ibverbs; the DGX Spark path): a call of at most this many bytes
+  /// per rank is posted once, when its last part has staged — one payload write and one flag write per peer and
+  /// rail, one doorbell; a larger call posts each part as soon as it is staged, so that the proxy moves one part
+  /// while the next is staged. 0: every call posts per part. Direct windows ignore it. Every part of a call posted
+  /// once must run at the same time: the executors cap such a call's parts at its CTAs (GPU) or use one part
+  /// (host executor).
+  std::uint64_t call_post_max_bytes = std::uint64_t{1} << 20;
   /// Bound on every wait for a peer, in nanoseconds (0: none — not recommended).
   std::uint64_t timeout_ns = 10'000'000'000ull;
   /// Bound on the number of polls of one wait (0: none). The first of the two bounds to run out ends the wait.

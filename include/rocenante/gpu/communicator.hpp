@@ -58,7 +58,8 @@ class communicator {
   communicator(B& boot, const options& opts)
       : opts_(opts),
         layout_(host::agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts,
-                                                                            Transport::name, !handle_type::shared_staging)),
+                                                                            Transport::name, !handle_type::shared_staging,
+                                                                            handle_type::shared_staging)),
         transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
     bootstrap::bootstrap_ref b(boot);
     ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
@@ -122,10 +123,15 @@ class communicator {
   /// Parts and CTAs of a collective of `count` elements of T with algorithm A (algorithm::plan_split); the same
   /// on every rank. A ring part is cut into n chunks, one per step, so its parts may be n x max_part_bytes (at 4
   /// ranks, 64 MiB: 256 KiB parts 446 us, 64 KiB parts 646 us, one part per CTA 554 us; s6-0324847).
+  /// A call posted once (algorithm::one_shot::posts_call, proxy mode) has one part per CTA: its last part to stage posts
+  /// it for all, so every part must run at the same time.
   template <class T, class A = algorithm::one_shot>
   algorithm::launch_split split_for(std::size_t count) const {
     const std::uint64_t packets = protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes);
-    const std::uint64_t part_bytes = opts_.max_part_bytes * (std::is_same_v<A, algorithm::ring> ? std::uint64_t(size()) : 1u);
+    const bool whole = std::is_same_v<A, algorithm::one_shot> &&
+                       algorithm::one_shot::posts_call<handle_type>(layout_, std::uint64_t{count} * sizeof(T));
+    const std::uint64_t part_bytes =
+        whole ? 0 : opts_.max_part_bytes * (std::is_same_v<A, algorithm::ring> ? std::uint64_t(size()) : 1u);
     return algorithm::plan_split(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), part_bytes / packet_bytes,
                                  opts_.max_parts, max_ctas());
   }

@@ -134,7 +134,8 @@ class executor_base {
   template <bootstrap::bootstrap B>
   executor_base(B& boot, const options& opts)
       : opts_(opts),
-        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name)),
+        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name,
+                                                                      false, Transport::handle_type::shared_staging)),
         transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
     protocol::init_state(state_, opts.first_sequence);
     policy_.timeout_ns = opts.timeout_ns;
@@ -368,8 +369,11 @@ class communicator : public executor_base<Transport> {
                                                              static_cast<std::uint32_t>(R::dtype_id),
                                                              static_cast<std::uint32_t>(R::op_id), count);
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+    // A call posted once needs all its parts staged before any waits; the host runs parts one after another.
+    const bool whole = std::is_same_v<A, algorithm::one_shot> &&
+                       algorithm::one_shot::posts_call<typename Transport::handle_type>(layout_, bytes);
     const std::uint32_t parts =
-        algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
+        whole ? 1u : algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
     return this->run_parts(signature, parts, [&](session_t& s) {
       return c == protocol::collective::all_reduce ? A::template all_reduce<R>(s, in, out, count, parts)
                                                    : run_all_gather<A, R>(s, in, out, count, parts);

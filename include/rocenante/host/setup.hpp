@@ -21,10 +21,11 @@
 namespace rocenante::host {
 
 /// Window layout able to serve every algorithm in Algos at `ranks` ranks with `opts`; `with_ll`: an LL area per
-/// slot (GPU communicators whose ranks store into each other's windows). Throws config_error for values out of
-/// range or a window whose size would overflow.
+/// slot (GPU communicators whose ranks store into each other's windows); `posted`: a proxy-mode transport (shared
+/// staging), whose calls up to options::call_post_max_bytes are posted once per call with a trailer after each
+/// source. Throws config_error for values out of range or a window whose size would overflow.
 template <class... Algos>
-protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll = false) {
+protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll = false, bool posted = false) {
   if (ranks < 1 || ranks > max_ranks)
     throw config_error("ranks = " + std::to_string(ranks) + " is outside [1, " + std::to_string(max_ranks) + "]");
   if (opts.capacity_bytes == 0) throw config_error("options::capacity_bytes is 0; give the largest input in bytes");
@@ -40,11 +41,14 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
   l.ranks = static_cast<std::uint32_t>(ranks);
   l.max_parts = opts.max_parts;
   l.capacity_bytes = opts.capacity_bytes;
-  l.source_stride = protocol::align_up(opts.capacity_bytes, packet_bytes);
+  l.call_post_max_bytes = posted ? opts.call_post_max_bytes : 0;
+  l.source_stride = protocol::align_up(opts.capacity_bytes, packet_bytes) + l.trailer_bytes();
   std::uint32_t channels = 1;
   std::uint64_t slot = 0;
   ((channels = channels > Algos::channels(ranks) ? channels : Algos::channels(ranks)), ...);
   ((slot = slot > Algos::slot_bytes(ranks, opts.capacity_bytes) ? slot : Algos::slot_bytes(ranks, opts.capacity_bytes)), ...);
+  // one source region per rank, each with room for the call trailer
+  if (const std::uint64_t sources = std::uint64_t(ranks) * l.source_stride; sources > slot) slot = sources;
   l.channels = channels;
   l.slot_bytes = protocol::align_up(slot, 4096);
   // LL area (one-shot lines with the flag inside, config.hpp): 2 x ranks x the largest LL input, per slot
@@ -60,13 +64,14 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
 /// The values every rank must agree on, in the order they are checked.
 struct agreed_config {
   std::uint64_t version, ranks, capacity_bytes, max_parts, min_part_bytes, max_ctas, max_part_bytes, timeout_ns,
-      max_polls, first_sequence, transport;
-  static constexpr std::array<const char*, 11> names = {"version", "ranks", "capacity_bytes", "max_parts",
-                                                        "min_part_bytes", "max_ctas", "max_part_bytes", "timeout_ns",
-                                                        "max_polls", "first_sequence", "transport"};
-  std::array<std::uint64_t, 11> values() const {
-    return {version,  ranks,          capacity_bytes, max_parts, min_part_bytes, max_ctas, max_part_bytes, timeout_ns,
-            max_polls, first_sequence, transport};
+      max_polls, first_sequence, call_post_max_bytes, transport;
+  static constexpr std::array<const char*, 12> names = {"version",        "ranks",          "capacity_bytes",
+                                                        "max_parts",      "min_part_bytes", "max_ctas",
+                                                        "max_part_bytes", "timeout_ns",     "max_polls",
+                                                        "first_sequence", "call_post_max_bytes", "transport"};
+  std::array<std::uint64_t, 12> values() const {
+    return {version,   ranks,          capacity_bytes, max_parts,           min_part_bytes, max_ctas,
+            max_part_bytes, timeout_ns, max_polls,     first_sequence, call_post_max_bytes, transport};
   }
 };
 
@@ -84,7 +89,7 @@ inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, con
                            o.min_part_bytes, o.max_ctas,
                            o.max_part_bytes, o.timeout_ns,
                            o.max_polls,     o.first_sequence,
-                           name_hash(transport_name)};
+                           o.call_post_max_bytes, name_hash(transport_name)};
   std::vector<agreed_config> all(static_cast<std::size_t>(boot.size()));
   boot.all_gather(&mine, all.data(), sizeof(agreed_config));
   for (std::size_t f = 0; f < agreed_config::names.size(); ++f) {
@@ -106,9 +111,9 @@ inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, con
 /// mismatch naming the field, instead of one rank throwing and the others waiting), then validate and lay out.
 template <class... Algos>
 protocol::window_layout agree_and_layout(bootstrap::bootstrap_ref boot, const options& o, const char* transport_name,
-                                         bool with_ll = false) {
+                                         bool with_ll = false, bool posted = false) {
   agree_on_config(boot, o, transport_name);
-  return make_layout<Algos...>(boot.size(), o, with_ll);
+  return make_layout<Algos...>(boot.size(), o, with_ll, posted);
 }
 
 /// Whether algorithm A fits a window laid out for another list of algorithms (rank-invariant check).

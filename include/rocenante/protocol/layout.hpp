@@ -20,6 +20,10 @@ namespace rocenante::protocol {
 ROCENANTE_HOST_DEVICE constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 ROCENANTE_HOST_DEVICE constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
+/// Size of the call trailer a proxy-mode rank writes after its staged bytes when it posts a whole call: the call's
+/// flag word and its byte count, one packet (algorithm/one_shot.hpp, "Posting").
+inline constexpr std::uint64_t call_trailer_bytes = 16;
+
 struct window_layout {
   std::uint32_t ranks = 0;
   std::uint32_t max_parts = 0;       ///< most parts (CTAs on a GPU) one collective is split into
@@ -28,6 +32,10 @@ struct window_layout {
   std::uint64_t source_stride = 0;   ///< capacity rounded up to a packet: one source's region in one-shot
   std::uint64_t slot_bytes = 0;      ///< payload bytes per slot (the most any enabled algorithm needs)
   std::uint64_t ll_bytes = 0;        ///< LL area per slot (0: none); zero when unused, written only as LL lines
+  /// Proxy-mode layouts (shared staging): calls of at most this many bytes per rank are posted once per call, with a
+  /// call trailer after each source's bytes (algorithm/one_shot.hpp, "Posting"); 0: every call posts per part, no
+  /// trailer (direct windows always).
+  std::uint64_t call_post_max_bytes = 0;
 
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t flag_count() const {
     return std::uint64_t{slot_count} * max_parts * channels;
@@ -47,6 +55,8 @@ struct window_layout {
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t total_bytes() const {
     return flags_bytes() + slot_count * (slot_bytes + ll_bytes);
   }
+  /// Bytes after a source's packets for the call trailer (0 where calls are never posted once per call).
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t trailer_bytes() const { return call_post_max_bytes != 0 ? call_trailer_bytes : 0; }
 };
 
 /// Multiply-add with overflow detection, for layout arithmetic on untrusted configuration values.

@@ -27,6 +27,7 @@
 #include "../core/atomic.hpp"
 #include "../core/clock.hpp"
 #include "flags.hpp"
+#include "layout.hpp"
 #include "state.hpp"
 #include "team.hpp"
 
@@ -145,7 +146,15 @@ class session {
   /// closest to the dead rank expires first and its abort flag — naming the dead rank — reaches everyone else
   /// before their own deadlines.
   ROCENANTE_HOST_DEVICE bool wait_one(int peer, std::uint32_t channel, std::uint32_t hop = 0) {
-    const std::uint64_t index = h_.layout().flag_index(slot(), part_, channel);
+    return wait_word(peer, channel, h_.layout().flag_index(slot(), part_, channel), hop, [](std::uint64_t) { return false; });
+  }
+
+  /// wait_one for flag word `index`. `torn(seen)` is asked about a word of this sequence that is neither the awaited
+  /// one nor an abort: true = a write of the awaited word still landing (keep waiting), false = a peer in another
+  /// call (mismatch).
+  template <class Torn>
+  ROCENANTE_HOST_DEVICE bool wait_word(int peer, std::uint32_t channel, std::uint64_t index, std::uint32_t hop,
+                                       const Torn& torn) {
     std::uint64_t* flag = h_.local_flag(index);
     const std::uint64_t expected = flag_value();
     const std::uint64_t start = detail::now_ns();
@@ -154,7 +163,7 @@ class session {
       const std::uint64_t seen = detail::load_acquire(flag, h_.scope());
       if (seen == expected) return true;
       ++polls;
-      if (flag_seq(seen) == seq_ && seen != flag_unset)
+      if (flag_seq(seen) == seq_ && seen != flag_unset && (is_abort(flag_signature(seen)) || !torn(seen)))
         return fail_on_foreign_word(peer, channel, expected, seen, detail::now_ns() - start);
       if ((polls & 15u) == 0) {
         if (is_poisoned(state_)) return false;
@@ -240,6 +249,57 @@ class session {
     return settle(ok);
   }
 
+  /// Thread 0 of each part calls, after the team barrier that follows the part's staging, for a call posted once
+  /// (algorithm/one_shot.hpp, "Posting"): counts the part as staged; the part that arrives last writes the call
+  /// trailer — this call's flag word and `bytes` — at [off + bytes, +16) of this rank's staging slot and posts the
+  /// whole call on its own queue: [off, off + bytes + 16) to every peer, then this rank's channel of parts
+  /// 0 .. rails-1 at each. The count is reset by the last part, so it is 0 between calls whatever their part counts
+  /// (no modulo of a free-running counter). Memory ordering: each part's staged stores -> its team barrier ->
+  /// thread 0's acq_rel add (system scope) -> the last part's acq_rel add -> the trailer stores and the release
+  /// store of the descriptor's stamp (same thread) -> the proxy's acquire of the stamp. False: the proxy did not
+  /// make room within the timeout (the rank is poisoned).
+  ROCENANTE_HOST_DEVICE bool post_call(std::uint64_t off, std::uint64_t bytes, std::uint32_t parts) {
+    if (detail::fetch_add_acq_rel<std::uint32_t>(&state_->arrived, 1u) + 1u < parts) return true;
+    detail::store_relaxed<std::uint32_t>(&state_->arrived, 0u);
+    auto* trailer = reinterpret_cast<std::uint64_t*>(h_.put_ptr(h_.rank(), slot(), off + bytes));
+    trailer[0] = flag_value();
+    trailer[1] = bytes;
+    const std::uint64_t index = h_.layout().flag_index(slot(), 0, static_cast<std::uint32_t>(h_.rank()));
+    if (!h_.post_call(part_, slot(), off, bytes + call_trailer_bytes, index, flag_value()))
+      return fail(failure_kind::proxy_stalled, (h_.rank() + 1) % h_.ranks(), static_cast<std::uint32_t>(h_.rank()),
+                  flag_value(), 0, policy_.timeout_ns);
+    return true;
+  }
+
+  /// Every team thread calls, for a call posted once, with `posted_ok` = its own post_call verdict (true where it
+  /// did not call): wait for every peer q != self, whose call is complete when its flags of channel q in parts
+  /// 0 .. rails-1 are set (one per rail: handle.rails()); peers are spread over the team's threads. `trailer_at(q)`
+  /// is the offset in this slot of q's call trailer. The last rail is waited for first: its write carries the
+  /// trailer, which settles a word of this sequence with another signature — a flag write still landing (an RDMA
+  /// WRITE may place the word's bytes in any order; the trailer, placed before any of them, holds this call's
+  /// word) or a peer in another call (a mismatch). Once it is settled, such a word on another rail can only be a
+  /// write still landing. Returns the team-wide verdict; on success every peer's payload is visible to every
+  /// team thread.
+  template <class TrailerAt>
+  ROCENANTE_HOST_DEVICE bool wait_call(int ranks, int self, bool posted_ok, const TrailerAt& trailer_at) {
+    bool ok = posted_ok;
+    const std::uint32_t rails = h_.rails();
+    const auto& l = h_.layout();
+    const std::uint64_t expected = flag_value();
+    for (int q = team_.thread(); ok && q < ranks; q += team_.size()) {
+      if (q == self) continue;
+      const std::uint32_t ch = static_cast<std::uint32_t>(q);
+      const std::uint64_t at = trailer_at(q);
+      ok = wait_word(q, ch, l.flag_index(slot(), rails - 1, ch), 0, [&](std::uint64_t) {
+        auto* word = reinterpret_cast<std::uint64_t*>(const_cast<std::byte*>(h_.recv_ptr(slot(), at)));
+        return detail::load_acquire(word, h_.scope()) == expected;
+      });
+      for (std::uint32_t d = 0; ok && d + 1 < rails; ++d)
+        ok = wait_word(q, ch, l.flag_index(slot(), d, ch), 0, [](std::uint64_t) { return true; });
+    }
+    return settle(ok);
+  }
+
   /// Every team thread calls: wait for one peer on one channel (ring steps).
   ROCENANTE_HOST_DEVICE bool wait_peer(int peer, std::uint32_t channel) {
     bool ok = true;
@@ -319,6 +379,18 @@ class session {
         if (!h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value)) break;
       } else {
         h_.signal(peer, slot(), 0, 0, l.flag_index(slot(), part, channel), value);
+      }
+    }
+    // A peer waiting for a call this rank posts once waits on this rank's channel of parts 0 .. rails-1 (wait_call),
+    // which a part aborting only its own words does not reach: it aborts those too, on its own queue.
+    if constexpr (requires { h_.post_on(0u, 0u, 0u, 0ull, 0ull, 0ull, 0ull); }) {
+      if (own_only && team_.thread() == 0) {
+        const std::uint32_t self_ch = static_cast<std::uint32_t>(self);
+        bool posted = true;  // a stalled proxy: each further post would wait out the same timeout
+        for (int peer = 0; posted && peer < ranks; ++peer)
+          for (std::uint32_t d = 0; posted && peer != self && d < h_.rails(); ++d)
+            if (d != part_)
+              posted = h_.post_on(part_, static_cast<std::uint32_t>(peer), slot(), 0, 0, l.flag_index(slot(), d, self_ch), value);
       }
     }
     team_.sync();

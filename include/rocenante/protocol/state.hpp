@@ -49,6 +49,11 @@ inline constexpr std::uint32_t poisoned = 2;   ///< failure record complete and 
 struct rank_state {
   std::uint32_t poison;      ///< healthy / poisoning / poisoned
   std::uint32_t part0_failed;  ///< 1 once part 0 has ended a call unfinished (count_failed_call)
+  /// Parts of the call in progress that have staged, for a call posted once (session::post_call): the last part to
+  /// arrive posts the call and sets it back to 0, so it is 0 between calls whatever their part counts. Only a call
+  /// that fails half-way leaves it elsewhere, and the rank is poisoned then (every later call is a no-op).
+  std::uint32_t arrived;
+  std::uint32_t pad_;
   std::uint64_t failures;    ///< collectives of this rank that did not complete (failures(); mirrored to the host)
   failure_record failure;
   std::uint32_t seq[max_parts_limit];  ///< sequence number of the next collective, per part

@@ -78,13 +78,25 @@ class basic_loopback_proxy {
   friend class proxy_thread;
 
   /// The proxy thread's step (called by proxy_thread): copy the range from staging to the same offset of the
-  /// peer's window, then release-store the peer's flag.
+  /// peer's window, then release-store the peer's flag; a whole call (all_peers) does so for every peer, starting
+  /// after this rank so that the ranks' proxies do not all write into the same peer first.
   void post_one(const post& e) {
-    std::byte* dst = peers_[e.peer].get();
+    if (e.peer != all_peers) return deliver(static_cast<int>(e.peer), e);
+    const int n = static_cast<int>(peers_.size()), me = handle_.rank();
+    for (int k = 1; k < n; ++k) deliver((me + k) % n, e);
+  }
+
+  void deliver(int peer, const post& e) {
+    std::byte* dst = peers_[static_cast<std::size_t>(peer)].get();
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
-    if (e.bytes) std::memcpy(dst + at, mem_.staging.get() + at, e.bytes);
-    detail::store_release(reinterpret_cast<std::uint64_t*>(dst) + e.flag_index, e.flag_value);
+    proxy_.count_writes(e.bytes ? 2 : 1);  // before the flag, like posts: a peer that saw it finds them counted
     proxy_.count_bytes(e.bytes);
+    if (e.bytes) {
+      const std::uint64_t t0 = detail::now_ns();
+      std::memcpy(dst + at, mem_.staging.get() + at, e.bytes);
+      proxy_.count_copy_ns(detail::now_ns() - t0);
+    }
+    detail::store_release(reinterpret_cast<std::uint64_t*>(dst) + e.flag_index, e.flag_value);
   }
 
   /// Runs before any allocation (member initialiser order).

@@ -10,6 +10,9 @@
 // slept across several doorbells catches up on all of them — it never sees only "the newest sequence".
 // "Staged" and "posted" are separate: the producer posts only after a team barrier that follows the staging
 // of every byte the descriptor names.
+// Two kinds of descriptor: one for one peer (a part's range, or an abort word), and one for every peer (a whole
+// call, posted once by the part that staged last: post_call). The second is the decode-size path: one doorbell
+// per call, one payload write and one flag write per peer (and rail) on the wire.
 // Flow control: the producer waits (bounded by the wait policy's timeout) while the queue is full; the proxy
 // publishes how many tickets it has consumed.
 //
@@ -44,8 +47,13 @@
 
 namespace rocenante::transport {
 
-/// One posted write: bytes [offset, offset+bytes) of slot `slot` from the staging area into `peer`'s window,
-/// then flag `flag_index` of `peer` set to `flag_value`.
+/// `post::peer` of a descriptor for every peer but the poster (a whole call: post_call).
+inline constexpr std::uint32_t all_peers = 0xffffffffu;
+
+/// One posted write: bytes [offset, offset+bytes) of slot `slot` from the staging area into `peer`'s window (every
+/// peer's when `peer` is all_peers), then flag `flag_index` of that peer set to `flag_value`. A transport with
+/// several rails (ibverbs over several devices) splits a whole call's bytes over them and sets, per rail d, flag
+/// `flag_index + d * channels` (part d of the same slot and channel).
 struct post {
   std::uint64_t stamp;  ///< ticket + 1 once the descriptor is complete; written last, with release
   std::uint64_t offset;
@@ -83,6 +91,7 @@ struct proxy_handle {
   post_queue* queues_;      ///< one per part; host-mapped for GPUs
   post_cursor* cursors_;    ///< one per part; producer-private
   std::uint64_t timeout_ns_;
+  std::uint32_t rails_;     ///< flags per peer of a call posted once (1, or the RDMA rails a call is striped over)
 
   ROCENANTE_HOST_DEVICE int rank() const { return rank_; }
   ROCENANTE_HOST_DEVICE int ranks() const { return ranks_; }
@@ -97,14 +106,30 @@ struct proxy_handle {
   ROCENANTE_HOST_DEVICE std::uint64_t* local_flag(std::uint64_t index) {
     return reinterpret_cast<std::uint64_t*>(window_) + index;
   }
+  /// Flags per peer of a call posted once: a peer's call is complete when its flags of parts 0 .. rails()-1 (its
+  /// channel) are set; the last rail's write carries the call trailer.
+  ROCENANTE_HOST_DEVICE std::uint32_t rails() const { return rails_; }
 
   /// Post one descriptor on the queue of the part that `index` belongs to. Called by one thread per part at a
   /// time. Returns false when the proxy did not make room within the timeout (the caller fails the collective).
   ROCENANTE_HOST_DEVICE bool signal(int peer, std::uint32_t slot, std::uint64_t off, std::uint64_t bytes,
                                     std::uint64_t index, std::uint64_t value) {
-    const std::uint32_t part = static_cast<std::uint32_t>((index / layout_.channels) % layout_.max_parts);
-    post_queue& q = queues_[part];
-    post_cursor& c = cursors_[part];
+    return post_on(static_cast<std::uint32_t>((index / layout_.channels) % layout_.max_parts),
+                   static_cast<std::uint32_t>(peer), slot, off, bytes, index, value);
+  }
+
+  /// A whole call, posted once by the part that staged last, on its own queue `queue`: bytes [off, off+bytes) of
+  /// slot `slot` to every peer, then at each its flag `index` (one per rail: post) set to `value`.
+  ROCENANTE_HOST_DEVICE bool post_call(std::uint32_t queue, std::uint32_t slot, std::uint64_t off, std::uint64_t bytes,
+                                       std::uint64_t index, std::uint64_t value) {
+    return post_on(queue, all_peers, slot, off, bytes, index, value);
+  }
+
+  /// Post one descriptor on queue `queue` (the caller's part: one producer per queue at a time).
+  ROCENANTE_HOST_DEVICE bool post_on(std::uint32_t queue, std::uint32_t peer, std::uint32_t slot, std::uint64_t off,
+                                     std::uint64_t bytes, std::uint64_t index, std::uint64_t value) {
+    post_queue& q = queues_[queue];
+    post_cursor& c = cursors_[queue];
     const std::uint64_t ticket = c.head;
     if (ticket - c.consumed_cache >= post_queue_depth) {
       const std::uint64_t start = detail::now_ns();
@@ -121,7 +146,7 @@ struct proxy_handle {
     e.bytes = bytes;
     e.flag_index = index;
     e.flag_value = value;
-    e.peer = static_cast<std::uint32_t>(peer);
+    e.peer = peer;
     e.slot = slot;
     detail::store_release(&e.stamp, ticket + 1);
     c.head = ticket + 1;
@@ -190,17 +215,25 @@ struct proxy_memory {
     cursors = Mapping::producer_private(sizeof(post_cursor) * layout.max_parts);
   }
   post_queue* queue_array() const { return reinterpret_cast<post_queue*>(queues.get()); }
-  proxy_handle handle(int rank, int ranks, const protocol::window_layout& layout, std::uint64_t timeout_ns) const {
-    return proxy_handle{rank,           ranks,        layout, window.get(), staging.get(), queue_array(),
-                        reinterpret_cast<post_cursor*>(cursors.get()), timeout_ns};
+  proxy_handle handle(int rank, int ranks, const protocol::window_layout& layout, std::uint64_t timeout_ns,
+                      std::uint32_t rails = 1) const {
+    return proxy_handle{rank,          ranks,         layout,
+                        window.get(),  staging.get(), queue_array(),
+                        reinterpret_cast<post_cursor*>(cursors.get()), timeout_ns, rails};
   }
 };
 
-/// What the proxy measured, for the breakdown of where proxy-mode time goes.
+/// What the proxy measured, for the breakdown of where proxy-mode time goes. Per call, in proxy-mode rows of
+/// rocenante-perf: doorbells = posts (descriptors), writes (what goes on the wire: payload and flag writes, the
+/// work requests of the ibverbs transport), busy_ns split into copy_ns (a loopback proxy's memcpy, standing in for
+/// a NIC's DMA) and the rest (posting).
 struct proxy_stats {
   std::uint64_t posts = 0;         ///< descriptors posted (counted as the proxy takes each, before carrying it out)
+  std::uint64_t calls = 0;         ///< of which whole calls (a descriptor for every peer: post_call)
+  std::uint64_t writes = 0;        ///< writes issued: payload and flag writes (ibverbs: work requests; socket: frames)
   std::uint64_t bytes = 0;         ///< payload bytes moved
   std::uint64_t busy_ns = 0;       ///< time spent inside post_one (copy + flag)
+  std::uint64_t copy_ns = 0;       ///< of which copying payload (loopback proxy only; 0 elsewhere)
   std::uint64_t drains = 0;        ///< polls that found work
   std::uint64_t idle_polls = 0;    ///< polls that found nothing
 };
@@ -235,14 +268,19 @@ class proxy_thread {
   void pause() { paused_.store(true, std::memory_order_release); }
   void resume() { paused_.store(false, std::memory_order_release); }
 
-  /// Payload bytes moved; post_one reports them.
+  /// Payload bytes moved, writes issued and time spent copying; post_one reports them.
   void count_bytes(std::uint64_t b) { bytes_.fetch_add(b, std::memory_order_relaxed); }
+  void count_writes(std::uint64_t w) { writes_.fetch_add(w, std::memory_order_relaxed); }
+  void count_copy_ns(std::uint64_t ns) { copy_ns_.fetch_add(ns, std::memory_order_relaxed); }
 
   proxy_stats stats() const {
     proxy_stats s;
     s.posts = posts_.load(std::memory_order_relaxed);
+    s.calls = calls_.load(std::memory_order_relaxed);
+    s.writes = writes_.load(std::memory_order_relaxed);
     s.bytes = bytes_.load(std::memory_order_relaxed);
     s.busy_ns = busy_ns_.load(std::memory_order_relaxed);
+    s.copy_ns = copy_ns_.load(std::memory_order_relaxed);
     s.drains = drains_.load(std::memory_order_relaxed);
     s.idle_polls = idle_polls_.load(std::memory_order_relaxed);
     return s;
@@ -257,6 +295,7 @@ class proxy_thread {
     // peer) then finds it in stats() — counted after the drain, it could still be missing there.
     auto fn = [this, owner](const post& e) {
       posts_.fetch_add(1, std::memory_order_relaxed);
+      if (e.peer == all_peers) calls_.fetch_add(1, std::memory_order_relaxed);
       owner->post_one(e);
     };
     for (;;) {
@@ -290,7 +329,8 @@ class proxy_thread {
 
   std::thread thread_;
   std::atomic<bool> stop_{false}, paused_{false};
-  std::atomic<std::uint64_t> posts_{0}, bytes_{0}, busy_ns_{0}, drains_{0}, idle_polls_{0};
+  std::atomic<std::uint64_t> posts_{0}, calls_{0}, writes_{0}, bytes_{0}, busy_ns_{0}, copy_ns_{0}, drains_{0},
+      idle_polls_{0};
 };
 
 /// What set-up found about each pair of this rank, for the transports that connect processes (ibverbs: the

@@ -543,11 +543,16 @@ class basic_socket {
     return timeout_ns_ != 0 ? timeout_ns_ : ~std::uint64_t{0} / 2;
   }
 
+  /// One frame per peer; a whole call (all_peers) sends the same frame to every peer, starting after this rank.
   void post_one(const post& e) {
     const std::uint32_t seq = protocol::flag_seq(e.flag_value);
     abort_.taken(seq);
     if (failed()) abort_.publish(mem_.window.get(), layout_, seq, failed_peer_.load(std::memory_order_relaxed));
-    const int peer = static_cast<int>(e.peer);
+    if (e.peer != all_peers) return send_to(static_cast<int>(e.peer), e);
+    for (int k = 1; k < n_; ++k) send_to((me_ + k) % n_, e);
+  }
+
+  void send_to(int peer, const post& e) {
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
     if (peer == me_) {  // never posted by the algorithms; applied locally for completeness
       if (e.bytes) std::memcpy(mem_.window.get() + at, mem_.staging.get() + at, e.bytes);
@@ -575,6 +580,7 @@ class basic_socket {
     payload = tsan_copy_.data();
     sock::kernel_release();
 #endif
+    proxy_.count_writes(1);  // payload and flag travel in one frame; counted before the peer can see it
     const std::string why = send_frame(o.conn.get(), h, payload, deadline);
     if (!why.empty()) {
       fail_peer(peer, why);

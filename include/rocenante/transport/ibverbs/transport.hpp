@@ -159,6 +159,7 @@ struct resources {
     ibv_mr* staging_mr = nullptr;
     ibv_mr* flag_mr = nullptr;
     std::unique_ptr<std::uint64_t[]> flag_src;  ///< send_depth words per peer: sources of flag writes
+    bool inline_flags = false;                  ///< every queue pair of the device takes 8 bytes inline
     std::vector<ibv_qp*> qps;                   ///< per peer (nullptr for self)
   };
   std::vector<per_device> dev;
@@ -230,7 +231,13 @@ class basic_ibverbs {
     conns_.assign(res_.dev.size() * static_cast<std::size_t>(n), conn{});
     // 3. Per-pair probe (before the proxy starts): one signalled zero-length RDMA WRITE per queue pair.
     probe_pairs();
-    handle_ = mem_.handle(me_, n, layout, opts.timeout_ns);
+    // A call posted once is striped over every device, one flag per device (part d of its channel): every rank has
+    // the same device count (check_cards) and the same max_parts (options agreed), so this refusal is everyone's.
+    if (res_.dev.size() > layout.max_parts)
+      throw config_error("ibverbs: " + std::to_string(res_.dev.size()) + " RDMA devices but options::max_parts = " +
+                         std::to_string(layout.max_parts) + "; a call is striped over every device with one flag per "
+                         "device: raise max_parts or name fewer devices in ROCENANTE_IB_HCA");
+    handle_ = mem_.handle(me_, n, layout, opts.timeout_ns, static_cast<std::uint32_t>(res_.dev.size()));
     proxy_.start(this, mem_.queue_array(), layout_.max_parts, cfg_.idle);
   }
 
@@ -359,6 +366,7 @@ class basic_ibverbs {
   struct conn {
     // Written by the proxy thread only, with relaxed atomic stores: queue_pair_report() reads them from another.
     std::uint64_t posted = 0;     ///< work requests posted
+    std::uint64_t signaled = 0;   ///< number of the last work request posted signalled
     std::uint64_t completed = 0;  ///< work requests known complete (a signalled completion retires all before it)
     std::uint64_t completion_ns = 0;  ///< detail::now_ns() of the last completion polled for this queue pair
     /// The last few descriptors posted: when, and the flag word each carried (signature | sequence), so that a
@@ -481,6 +489,7 @@ class basic_ibverbs {
       r.flag_mr = api.reg_mr(r.pd, r.flag_src.get(), depth * static_cast<std::size_t>(n_) * 8, 0);
       if (!r.flag_mr) throw transport_error(where + "registering the flag ring failed (" + std::strerror(errno) + ")");
       r.qps.assign(static_cast<std::size_t>(n_), nullptr);
+      r.inline_flags = true;
       ib::device_card& c = mine.dev[d];
       copy_text(c.name, sizeof c.name, r.info.name);
       std::memcpy(c.gid, r.info.gid.raw, 16);
@@ -498,7 +507,15 @@ class basic_ibverbs {
         ia.cap.max_recv_wr = 1;
         ia.cap.max_send_sge = 1;
         ia.cap.max_recv_sge = 1;
+        // Flag writes inline (8 bytes copied at post time: no read of host memory by the NIC); a provider that
+        // refuses gets the same queue pair without, and flags read from the registered flag ring.
+        ia.cap.max_inline_data = 8;
         r.qps[q] = api.create_qp(r.pd, &ia);
+        if (!r.qps[q]) {
+          ia.cap.max_inline_data = 0;
+          r.qps[q] = api.create_qp(r.pd, &ia);
+        }
+        r.inline_flags = r.inline_flags && ia.cap.max_inline_data >= 8;
         if (!r.qps[q])
           throw transport_error(where + "ibv_create_qp for rank " + std::to_string(q) + " failed (" +
                                 std::strerror(errno) + "); lower ROCENANTE_IB_SEND_DEPTH");
@@ -635,18 +652,51 @@ class basic_ibverbs {
     for (std::size_t d = 0; d < res_.dev.size(); ++d) poll_completions(d);
   }
 
+  /// A descriptor for one peer (a part's range, or an abort word): on device (part + peer) mod D, the payload, then
+  /// the flag as two 4-byte writes (signature first: the file header). A whole call (all_peers): per peer, starting
+  /// after this rank, and per rail d (device d), one payload write of the rail's share of the range and one 8-byte
+  /// flag write (flag index + d x channels); the share of the last rail ends with the call trailer.
   void post_one(const post& e) {
     const std::uint32_t seq = protocol::flag_seq(e.flag_value);
     abort_.taken(seq);
     if (failed_.load(std::memory_order_relaxed)) abort_.publish(mem_.window.get(), layout_, seq, failed_peer_);
-    const int peer = static_cast<int>(e.peer);
-    const std::uint32_t part = static_cast<std::uint32_t>((e.flag_index / layout_.channels) % layout_.max_parts);
-    const std::size_t d = (part + e.peer) % res_.dev.size();
+    const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
+    if (e.peer != all_peers) {
+      const std::uint32_t part = static_cast<std::uint32_t>((e.flag_index / layout_.channels) % layout_.max_parts);
+      const std::size_t d = (part + e.peer) % res_.dev.size();
+      write_to(d, static_cast<int>(e.peer), at, e.bytes, e.flag_index, e.flag_value, true);
+      proxy_.count_bytes(e.bytes);
+      return;
+    }
+    const std::uint32_t rails = static_cast<std::uint32_t>(res_.dev.size());
+    const std::uint64_t units = protocol::ceil_div(e.bytes, rail_unit);
+    for (int k = 1; k < n_; ++k) {
+      const int peer = (me_ + k) % n_;
+      for (std::uint32_t d = 0; d < rails; ++d) {
+        // Rail d: [b_d, b_{d+1}) in 64-byte units, b_rails = bytes; the last rail's share is never empty.
+        const std::uint64_t b0 = units * d / rails * rail_unit;
+        const std::uint64_t b1 = d + 1 == rails ? e.bytes : units * (d + 1) / rails * rail_unit;
+        write_to(d, peer, at + b0, b1 - b0, e.flag_index + std::uint64_t{d} * layout_.channels, e.flag_value, false);
+      }
+      proxy_.count_bytes(e.bytes);
+    }
+  }
+
+  /// Granule of a whole call's split over rails (a cache line: a rail's write never shares one with another's).
+  static constexpr std::uint64_t rail_unit = 64;
+
+  /// Writes `bytes` of staging at window offset `at` to `peer` over device `d`, then its flag word `index`: as two
+  /// 4-byte writes (`split`: signature first) or as one 8-byte write (a whole call; the call trailer settles a torn
+  /// one: session::wait_call). Unsignalled but every send_depth / 2 work requests (and every one at teardown): a
+  /// signalled completion retires every earlier request of the queue pair, so credits never run out while a
+  /// signalled request is outstanding.
+  void write_to(std::size_t d, int peer, std::uint64_t at, std::uint64_t bytes, std::uint64_t index, std::uint64_t value,
+                bool split) {
     conn& c = conns_[d * n_ + peer];
     if (c.probe_failed && !c.failed)
       record_failure(d, peer, "write to a peer the start-up probe could not reach (" + reach_.why[peer] + ")");
     if (c.failed) return;
-    const std::uint64_t need = e.bytes ? 3 : 2;  // payload, then the flag's two halves
+    const std::uint64_t need = (bytes ? 1 : 0) + (split ? 2 : 1);
     const std::uint64_t depth = static_cast<std::uint64_t>(cfg_.send_depth);
     if (c.posted - c.completed + need > depth) {
       credit_waits_.fetch_add(1, std::memory_order_relaxed);
@@ -666,7 +716,6 @@ class basic_ibverbs {
     }
     auto& r = res_.dev[d];
     const auto remote = remote_[d * n_ + peer];
-    const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
     ibv_sge sg[3]{};
     ibv_send_wr wr[3]{};
     int k = 0;
@@ -683,36 +732,66 @@ class basic_ibverbs {
       if (k > 0) wr[k - 1].next = &wr[k];
       ++k;
     };
-    if (e.bytes)
-      add(reinterpret_cast<std::uint64_t>(mem_.staging.get() + at), static_cast<std::uint32_t>(e.bytes), r.staging_mr->lkey,
+    if (bytes)
+      add(reinterpret_cast<std::uint64_t>(mem_.staging.get() + at), static_cast<std::uint32_t>(bytes), r.staging_mr->lkey,
           remote.addr + at);
-    // The flag word as two 4-byte writes, signature (high half) first, then sequence (low half): see the file
-    // header (a responder may copy the 8 bytes one at a time; seq-before-signature reads as a false mismatch).
-    const std::uint64_t flag_seq_no = c.posted + need;  // number of the last request: the signalled one
-    std::uint64_t* src = r.flag_src.get() + static_cast<std::size_t>(peer) * depth + (flag_seq_no % depth);
-    *src = e.flag_value;
-    const std::uint64_t flag_addr = remote.addr + e.flag_index * 8;
-    add(reinterpret_cast<std::uint64_t>(src) + 4, 4, r.flag_mr->lkey, flag_addr + 4);
-    add(reinterpret_cast<std::uint64_t>(src), 4, r.flag_mr->lkey, flag_addr);
-    wr[k - 1].send_flags = IBV_SEND_SIGNALED;
+    // The flag's source: a ring entry per queue pair, reused after depth requests (outstanding <= depth, so the
+    // request that last read it has completed); inline where the queue pair takes it (copied at post time).
+    const std::uint64_t last = c.posted + need;  // number of the last request: the flag write
+    std::uint64_t* src = r.flag_src.get() + static_cast<std::size_t>(peer) * depth + (last % depth);
+    *src = value;
+    const std::uint64_t flag_addr = remote.addr + index * 8;
+    if (split) {
+      add(reinterpret_cast<std::uint64_t>(src) + 4, 4, r.flag_mr->lkey, flag_addr + 4);
+      add(reinterpret_cast<std::uint64_t>(src), 4, r.flag_mr->lkey, flag_addr);
+    } else {
+      add(reinterpret_cast<std::uint64_t>(src), 8, r.flag_mr->lkey, flag_addr);
+    }
+    if (r.inline_flags) wr[k - 1].send_flags |= IBV_SEND_INLINE;
+    if (last - c.signaled >= depth / 2 || proxy_.stopping()) {
+      wr[k - 1].send_flags |= IBV_SEND_SIGNALED;
+      detail::store_relaxed(&c.signaled, last);
+    }
+    proxy_.count_writes(need);  // before the flag can reach the peer, like posts
     ibv_send_wr* bad = nullptr;
     const int rc = ibv_post_send(r.qps[peer], wr, &bad);
     if (rc != 0) {
       record_failure(d, peer, std::string("ibv_post_send failed (") + std::strerror(rc) + ")");
       return;
     }
-    detail::store_relaxed(&c.posted, c.posted + need);
+    detail::store_relaxed(&c.posted, last);
     auto& m = c.recent[c.descriptors % conn::marks];
     detail::store_relaxed(&m.ns, detail::now_ns());
-    detail::store_relaxed(&m.flag, e.flag_value);
+    detail::store_relaxed(&m.flag, value);
     detail::store_relaxed(&c.descriptors, c.descriptors + 1);
-    proxy_.count_bytes(e.bytes);
     device_posts_[d].fetch_add(1, std::memory_order_relaxed);
+  }
+
+  /// Teardown: a queue pair whose last requests went unsignalled gets one signalled zero-length write, so that
+  /// all_complete() can tell when everything posted has been placed.
+  void signal_tails() {
+    for (std::size_t d = 0; d < res_.dev.size(); ++d)
+      for (int q = 0; q < n_; ++q) {
+        conn& c = conns_[d * n_ + q];
+        if (q == me_ || c.failed || c.probe_failed || c.signaled >= c.posted) continue;
+        if (c.posted - c.completed + 1 > static_cast<std::uint64_t>(cfg_.send_depth)) continue;  // a signalled one is out
+        ibv_send_wr wr{};
+        const std::uint64_t last = c.posted + 1;
+        wr.wr_id = wr_id(d, q, last);
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = remote_[d * n_ + q].addr;
+        wr.wr.rdma.rkey = remote_[d * n_ + q].rkey;
+        ibv_send_wr* bad = nullptr;
+        if (ibv_post_send(res_.dev[d].qps[q], &wr, &bad) != 0) continue;
+        detail::store_relaxed(&c.posted, last);
+        detail::store_relaxed(&c.signaled, last);
+      }
   }
 
   bool all_complete() const {
     for (const conn& c : conns_)
-      if (!c.failed && c.completed < c.posted) return false;
+      if (!c.failed && c.completed < c.signaled) return false;
     return true;
   }
 
@@ -724,6 +803,7 @@ class basic_ibverbs {
     deadline_ns_ = detail::now_ns() + bound;
   }
   void after_final_drain() {
+    signal_tails();
     while (!all_complete() && detail::now_ns() < deadline_ns_) {
       poll_all();
       std::this_thread::yield();
