@@ -268,6 +268,71 @@ TEST_SUITE("gpu.proxy") {
       sweep<float, transport::cuda_loopback_proxy>(n, small32);
       sweep<__half, transport::cuda_loopback_proxy>(n, small16);
       sweep<__nv_bfloat16, transport::cuda_loopback_proxy>(n, small16);
+      // every call posted per part (each CTA posts its own range as soon as it has staged)
+      sweep<__nv_bfloat16, transport::cuda_loopback_proxy>(n, small16, [](options& o) { o.call_post_max_bytes = 0; });
+    }
+  }
+
+  TEST_CASE("proxy mode: a decode-size call is one doorbell and 2 (n - 1) writes per rank, eagerly and in a graph, "
+            "and exact") {
+    constexpr int n = 4, eager = 20, captured = 10, replays = 5;
+    constexpr std::size_t count = 24576;  // 48 KiB of bf16: 16 CTAs, every one of them staging before the doorbell
+    options o = gpu::default_options();
+    o.capacity_bytes = count * 2;
+    o.timeout_ns = 5'000'000'000ull;
+    std::atomic<int> bad{0};
+    std::vector<transport::proxy_stats> st(n);
+    std::vector<std::uint32_t> parts(n);
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+      gpu::communicator<transport::cuda_loopback_proxy> comm(b, o);
+      gpu_rank gr;
+      dev_buf<__nv_bfloat16> din(count), dout(count);
+      pinned<__nv_bfloat16> h(count), g(count);
+      for (std::size_t i = 0; i < count; ++i) h[i] = __float2bfloat16(float(b.rank() + 1) + float(i % 5));
+      cudaMemcpy(din.p, h.data(), count * 2, cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal);
+      for (int i = 0; i < captured; ++i)
+        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
+      cudaStreamEndCapture(gr.stream, &graph);
+      if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) ++bad;
+      b.barrier();  // no device-synchronising call from here on
+      const transport::proxy_stats before = comm.transport().stats();
+      for (int i = 0; i < eager; ++i)
+        if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
+      for (int i = 0; i < replays; ++i) cudaGraphLaunch(exec, gr.stream);
+      cudaMemcpyAsync(g.data(), dout.p, count * 2, cudaMemcpyDeviceToHost, gr.stream);
+      if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;
+      b.barrier();  // every peer finished: this rank's proxy has taken every descriptor of this rank
+      transport::proxy_stats after = comm.transport().stats();
+      after.posts -= before.posts;
+      after.calls -= before.calls;
+      after.writes -= before.writes;
+      st[b.rank()] = after;
+      parts[b.rank()] = comm.parts_for<__nv_bfloat16>(count);
+      for (std::size_t i = 0; i < count; ++i)
+        if (__bfloat162float(g[i]) != 10.0f + 4.0f * float(i % 5)) {
+          ++bad;
+          break;
+        }
+      if (!comm.check_health().ok()) {
+        MESSAGE(comm.check_health().message);
+        ++bad;
+      }
+      b.barrier();
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    });
+    CHECK(bad.load() == 0);
+    constexpr std::uint64_t calls = eager + captured * replays;
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      CHECK(parts[r] == 16);
+      CHECK(st[r].posts == calls);
+      CHECK(st[r].calls == calls);
+      CHECK(st[r].writes == calls * 2 * (n - 1));
     }
   }
 

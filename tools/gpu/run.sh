@@ -21,6 +21,11 @@
 #   perf      the rocenante-perf sweeps (2, 4, 8 ranks on the one GPU, eager and graph, 8 B-64 MiB, every dtype and
 #             algorithm; all-gather; a world of one beside NCCL; proxy mode) with a JSON receipt each, the source of
 #             the `auto` table (algorithm/auto.hpp), and example 02 at 1 and 8 ranks (time and energy per step)
+#   proxy     proxy mode side by side (cuda_proxy: host-mapped windows, a CPU proxy thread per rank standing in for
+#             the NIC — the DGX Spark path): rocenante-perf, bf16 one_shot, CUDA graph, --ranks N (default 4), 8 KiB to
+#             4 MiB, calls posted once (the default) and posted per part (--call-post-max-bytes 0), in the order
+#             once, per part, once; every row with rank 0's proxy counters per call (doorbells, writes, busy and
+#             copy time). Builds rocenante-perf first (incremental)
 #   python    the Python package with the GPU executor, offline: a venv (build-pyvenv/, --system-site-packages so
 #             that torch is visible) filled from .deps/wheels, `pip install .` with -Dcuda=enabled for --arch, then
 #             --tests (default build,pytest2,pytest4,example4,example1: the build, python/tests/test_gpu.py's torchrun
@@ -94,7 +99,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 cmd=${1:-}; [ -n "$cmd" ] || usage 2; shift
-case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt|perf|python|sass|soak) ;; *) echo "run.sh: unknown command '$cmd'" >&2; usage 2 ;; esac
+case "$cmd" in -h|--help|help) usage 0 ;; deps|build|test|sanitize|bench|receipt|perf|proxy|python|sass|soak) ;; *) echo "run.sh: unknown command '$cmd'" >&2; usage 2 ;; esac
 argv=("$cmd" "$@")
 
 out='' build=build-gpu arch=90a variant='' filter='' binary=rocenante-bench-gpu name=bench reps='' deadline=540 ranks=0
@@ -302,6 +307,19 @@ do_perf() {
   return $r
 }
 
+# proxy: calls posted once beside calls posted per part, in one call (A B A against drift)
+do_proxy() {
+  targets=${targets:-benchmarks/rocenante-perf} do_build || return 1
+  need benchmarks/rocenante-perf || return 1
+  local n=$ranks r=0; [ "$n" != 0 ] || n=4
+  local sweep=(--transport cuda_proxy --ranks "$n" -d bfloat16 --algo one_shot -b 8K -e 4M -f 2 -w 5 -n 20 -G 10)
+  perf "proxy-r$n-once" "${sweep[@]}" || r=1
+  perf "proxy-r$n-per_part" "${sweep[@]}" --call-post-max-bytes 0 || r=1
+  perf "proxy-r$n-once-again" "${sweep[@]}" || r=1
+  grep -hE '^ +[0-9]+ .*one_shot|proxy of rank 0' "$out/proxy-r$n-once.log" "$out/proxy-r$n-per_part.log" | tee -a "$S" >/dev/null
+  return $r
+}
+
 # soak: rocenante-soak --gpu in --mode, built first (incremental), cut to end by the deadline; receipt soak-MODE.json,
 # its totals, fail-stops and per-bucket percentiles in the summary, soak-MODE.png where matplotlib is installed.
 do_soak() {
@@ -411,6 +429,7 @@ case "$cmd" in
   sanitize) do_sanitize || rc=1 ;;
   bench) do_bench "$name" "$binary" "${filter:-$decode}" || rc=1 ;;
   perf) do_perf || rc=1 ;;
+  proxy) do_proxy || rc=1 ;;
   python) do_python || rc=1 ;;
   soak) do_soak; rc=$? ;;
   receipt)
