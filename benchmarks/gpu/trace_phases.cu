@@ -14,8 +14,11 @@
 // benchmarks/gpu/floor.cuh (the least one-shot) with programmatic launch: plain, with 16 KiB of never-run code
 // between its phases (the instruction-fetch experiment), and with the protocol's vote, checked poll and finish barrier.
 //
-// usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16] [capacity_bytes=67108864]
-// (ROCENANTE_BENCH_MIN_PART=<bytes> sets options::min_part_bytes, the input per CTA)
+// usage: rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16] [capacity_bytes=67108864] [proxy]
+// (ROCENANTE_BENCH_MIN_PART=<bytes> sets options::min_part_bytes, the input per CTA). `proxy`: the same over
+// cuda_loopback_proxy (host-mapped windows, a CPU proxy thread per rank), programmatic launch off and on, no floor
+// rows; there "signal" is the part's count and, in the part that stages last, the call trailer and the doorbell,
+// and "wait for peers" holds the proxy's copy and the flags' way back to the GPU.
 #define ROCENANTE_TRACE_PHASES 1
 #include <cuda_runtime.h>
 
@@ -28,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 using namespace rocenante;
@@ -102,6 +106,7 @@ struct graph_world {
   }
 };
 
+template <class Transport = transport::cuda_loopback>
 int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity, bool pdl) {
   constexpr int per_graph = 50, replays = 40;
   options o = gpu::default_options();
@@ -109,9 +114,9 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   o.max_parts = max_parts;
   // ROCENANTE_BENCH_MIN_PART: input bytes per CTA below which the call is not split further (as in bench_gpu.cu)
   if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
-  std::vector<std::unique_ptr<gpu::communicator<transport::cuda_loopback>>> comms(n);
+  std::vector<std::unique_ptr<gpu::communicator<Transport>>> comms(n);
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
-    comms[b.rank()] = std::make_unique<gpu::communicator<transport::cuda_loopback>>(b, o);
+    comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o);
   });
   const std::size_t count = bytes / sizeof(bf16);
   for (int r = 0; r < n; ++r) comms[r]->set_programmatic_launch(pdl);
@@ -154,9 +159,10 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   }
   static const char* names[7] = {"", "enter (epoch read, vote)", "stage stores + barrier", "signal (fence + flag)",
                                  "wait for peers + barrier", "reduce + store", "finish (epoch)"};
-  std::printf("\nbf16 one_shot all-reduce, %zu bytes, %d ranks on one GPU, max_parts %u (%u CTAs), capacity %zu, graph of %d "
-              "per rank, programmatic launch %s\n",
-              bytes, n, max_parts, comms[0]->parts_for<bf16>(count), std::size_t(o.capacity_bytes), per_graph, pdl ? "on" : "off");
+  std::printf("\nbf16 one_shot all-reduce over %s, %zu bytes, %d ranks on one GPU, max_parts %u (%u CTAs), capacity %zu, "
+              "graph of %d per rank, programmatic launch %s\n",
+              Transport::name, bytes, n, max_parts, comms[0]->template parts_for<bf16>(count), std::size_t(o.capacity_bytes),
+              per_graph, pdl ? "on" : "off");
   std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, per_coll_us);
   std::printf("  %-28s %10s %10s\n", "phase (part 0, thread 0)", "cycles", "ns (clk)");
   for (int k = 1; k < 7; ++k)
@@ -242,6 +248,8 @@ int main(int argc, char** argv) {
   const int n = argc > 2 ? std::atoi(argv[2]) : 4;
   const std::uint32_t parts = argc > 3 ? static_cast<std::uint32_t>(std::atoi(argv[3])) : 16;
   const std::size_t cap = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : std::size_t{64} << 20;
+  if (argc > 5 && std::string(argv[5]) == "proxy")
+    return run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, false) | run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, true);
   int rc = run(bytes, n, parts, cap, false);
   rc |= run(bytes, n, parts, cap, true);
   rc |= run_floor(bytes, n, parts, true);
