@@ -236,8 +236,9 @@ inline std::vector<endpoint> resolve(const std::string& host, std::uint16_t port
 }
 
 /// Fills `c` from the environment as far as it gets, and throws config_error at the first bad or missing value.
-/// The order matters: what a failing process needs to tell rank 0 (its address, the job, the secret, the bound)
-/// is read before the rank and size, the values most often wrong. Documented at tcp_config_from_env.
+/// The order matters: what a failing process needs to reach rank 0 and be believed (the address, the job, the
+/// secret) comes first, then what names it (rank and size), then the rest; a failure report waits at most
+/// linger_cap whatever the bound. Documented at tcp_config_from_env.
 inline void read_env(const env::lookup& get, tcp_config& c) {
   auto fetch = [&](const char* name) -> std::string {
     const char* v = get ? get(name) : std::getenv(name);
@@ -275,8 +276,6 @@ inline void read_env(const env::lookup& get, tcp_config& c) {
   c.job = j.id;
   c.job_source = j.source;
   c.secret = secret_from_env(get);
-  if (const std::string v = fetch("ROCENANTE_BOOTSTRAP_TIMEOUT_MS"); !v.empty())
-    c.timeout = std::chrono::milliseconds(env::detail::parse_int("ROCENANTE_BOOTSTRAP_TIMEOUT_MS", v, 1, 86'400'000));
   struct pair {
     const char *rank, *size, *who;
   };
@@ -306,6 +305,8 @@ inline void read_env(const env::lookup& get, tcp_config& c) {
       c.local_rank = static_cast<int>(env::detail::parse_int(name, v, 0, 1 << 20));
       break;
     }
+  if (const std::string v = fetch("ROCENANTE_BOOTSTRAP_TIMEOUT_MS"); !v.empty())
+    c.timeout = std::chrono::milliseconds(env::detail::parse_int("ROCENANTE_BOOTSTRAP_TIMEOUT_MS", v, 1, 86'400'000));
 }
 
 }  // namespace tcp_detail
@@ -585,8 +586,9 @@ class tcp {
     if (!sock::read_exact(f, reinterpret_cast<char*>(&h) + 8, sizeof h - 8, by).empty()) return a;
     a.rank = h.rank;
     a.size = h.size;
-    a.who = "pid " + std::to_string(h.pid) + " on host '" + tcp_detail::got(h.host) + "' at " + at + " claiming rank " +
-            std::to_string(h.rank) + " of " + std::to_string(h.size) + " (job '" + tcp_detail::got(h.job_text) + "')";
+    a.who = "pid " + std::to_string(h.pid) + " on host '" + tcp_detail::got(h.host) + "' at " + at +
+            (h.rank >= 0 ? " claiming rank " + std::to_string(h.rank) : std::string(" claiming no rank")) +
+            (h.size >= 1 ? (h.rank >= 0 ? " of " : " (a world of ") + std::to_string(h.size) + (h.rank >= 0 ? "" : ")") : std::string()) + " (job '" + tcp_detail::got(h.job_text) + "')";
     if (!detail::same_digest(h.job, job_digest()))
       return refuse(f, a, "another job (id '" + cfg_.job + "') is using this port; this process belongs to job '" +
                               tcp_detail::got(h.job_text) + "'. Give each job its own port (ROCENANTE_BOOTSTRAP or "
