@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -395,6 +396,45 @@ std::string config_error_of(std::map<std::string, std::string> m) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+/// Where rank 0 of a world of two listens when given `host` ("127.0.0.1", "every address", or empty: not seen in
+/// /proc/net/tcp within 2 s), read while it waits for rank 1 (a thread of this process); `log` receives the INFO lines.
+std::string listening_address(const std::string& host, std::string* log) {
+  bootstrap::tcp_config c;
+  c.host = host;
+  c.port = free_port();
+  c.size = 2;
+  c.timeout = std::chrono::milliseconds(5000);
+  c.debug = log_level::info;
+  if (log) set_log_sink([log](const std::string& line) { *log += line + "\n"; });
+  auto at = [&](std::uint32_t addr) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(c.port);
+    a.sin_addr.s_addr = htonl(addr);
+    sockaddr_storage s{};
+    std::memcpy(&s, &a, sizeof a);
+    return s;
+  };
+  std::string bound;
+  std::thread leaf([&] {
+    for (int i = 0; i < 200 && bound.empty(); ++i) {
+      if (bootstrap::trust::listener_uid(at(INADDR_LOOPBACK))) bound = "127.0.0.1";
+      else if (bootstrap::trust::listener_uid(at(INADDR_ANY))) bound = "every address";
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    bootstrap::tcp_config l = c;
+    l.rank = 1;
+    bootstrap::tcp boot(l);
+    boot.barrier();
+  });
+  c.rank = 0;
+  bootstrap::tcp boot(c);
+  boot.barrier();
+  leaf.join();
+  if (log) set_log_sink({});
+  return bound;
+}
+
 std::string temp_dir() {
   char t[] = "/tmp/rocenante-trust-XXXXXX";
   REQUIRE(::mkdtemp(t) != nullptr);
@@ -626,40 +666,25 @@ TEST_SUITE("host.trust.processes") {
   }
 
   TEST_CASE("rank 0 listens on the address it was given, not on every address; IPv6 [::1] works") {
-    SUBCASE("IPv4 127.0.0.1: the listening socket is bound to 127.0.0.1") {
-      bootstrap::tcp_config c;
-      c.host = "127.0.0.1";
-      c.port = free_port();
-      c.size = 2;
-      c.timeout = std::chrono::milliseconds(3000);
-      std::string bound;
-      std::thread leaf([&] {
-        // Look at rank 0's listening socket while it waits: its local address in /proc/net/tcp is 127.0.0.1.
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(c.port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        sockaddr_storage s{};
-        std::memcpy(&s, &a, sizeof a);
-        sockaddr_in any = a;
-        any.sin_addr.s_addr = htonl(INADDR_ANY);
-        sockaddr_storage sa{};
-        std::memcpy(&sa, &any, sizeof any);
-        for (int i = 0; i < 200 && bound.empty(); ++i) {
-          if (bootstrap::trust::listener_uid(s)) bound = "127.0.0.1";
-          else if (bootstrap::trust::listener_uid(sa)) bound = "every address";
-          else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-        bootstrap::tcp_config l = c;
-        l.rank = 1;
-        bootstrap::tcp boot(l);
-        boot.barrier();
-      });
-      c.rank = 0;
-      bootstrap::tcp boot(c);
-      boot.barrier();
-      leaf.join();
-      CHECK(bound == "127.0.0.1");
+    SUBCASE("IPv4 127.0.0.1 and localhost: the listening socket is bound to 127.0.0.1 alone") {
+      for (const char* host : {"127.0.0.1", "localhost"}) {
+        CAPTURE(host);
+        CHECK(listening_address(host, {}) == "127.0.0.1");
+      }
+    }
+    SUBCASE("a host name this host maps to loopback alone: every address, said at INFO (other hosts reach it elsewhere)") {
+      char name[256] = {};
+      REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+      const auto eps = bootstrap::tcp_detail::resolve(name, 1, "test");
+      const bool only_loopback = std::all_of(eps.begin(), eps.end(), [](const auto& e) { return e.loopback(); });
+      if (!only_loopback || eps[0].addr.ss_family != AF_INET) {
+        MESSAGE("skipped: this host's name resolves to a non-loopback or an IPv6 address here");
+        return;
+      }
+      std::string logged;
+      CHECK(listening_address(name, &logged) == "every address");
+      CHECK(has(logged, "is a loopback address on this host"));
+      CHECK(has(logged, "listening on every address of port"));
     }
     SUBCASE("IPv6 ::1: two processes join and exchange") {
       transport::sock::fd probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));

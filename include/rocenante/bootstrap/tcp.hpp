@@ -488,7 +488,9 @@ class tcp {
                          ::inet_pton(AF_INET6, cfg_.host.c_str(), &probe6) == 1;
     const bool only_loopback =
         std::all_of(eps.begin(), eps.end(), [](const tcp_detail::endpoint& e) { return e.loopback(); });
-    if (!numeric && only_loopback && cfg_.host != "localhost") {
+    const bool loopback_name = cfg_.host.rfind("localhost", 0) == 0 || cfg_.host.rfind("ip6-localhost", 0) == 0 ||
+                               cfg_.host.rfind("ip6-loopback", 0) == 0;
+    if (!numeric && only_loopback && !loopback_name) {
       tcp_detail::endpoint any;
       any.addr.ss_family = eps[0].addr.ss_family;
       if (any.addr.ss_family == AF_INET) {
