@@ -232,8 +232,10 @@ class Communicator:
                               "from_process_group or from_callbacks")
         import os
 
-        rank = next((os.environ[v] for v in ("ROCENANTE_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
-                     if os.environ.get(v)), None)
+        # The rank names this process in messages only when it is one: a malformed value is the error itself.
+        given = next((os.environ[v].strip() for v in ("ROCENANTE_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+                      if os.environ.get(v)), None)
+        rank = int(given) if given is not None and given.isdigit() else None
         if dev is not None:
             _require_gpu(rank)
         return cls(_build(rank, lambda: _ext.Communicator.from_env(

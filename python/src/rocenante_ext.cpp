@@ -244,11 +244,11 @@ class communicator {
   static std::unique_ptr<communicator> from_env(const config& c, std::optional<double> bootstrap_timeout_s,
                                                 std::optional<int> device) {
     auto self = std::unique_ptr<communicator>(new communicator);
-    rc::bootstrap::tcp_config tc = rc::bootstrap::tcp_config_from_env();
-    if (bootstrap_timeout_s) tc.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*bootstrap_timeout_s * 1000));
+    std::optional<std::chrono::milliseconds> timeout;
+    if (bootstrap_timeout_s) timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*bootstrap_timeout_s * 1000));
     {
-      nb::gil_scoped_release nogil;
-      self->boot_ = std::make_unique<rc::bootstrap::tcp>(tc);
+      nb::gil_scoped_release nogil;  // a bad variable is told to rank 0 before the error is raised (tcp::from_env)
+      self->boot_ = std::make_unique<rc::bootstrap::tcp>(rc::bootstrap::tcp::from_env(timeout));
     }
     self->build(c, device);
     return self;

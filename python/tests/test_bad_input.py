@@ -151,6 +151,19 @@ def test_bad_option_value_is_a_config_error():
         rocenante.Communicator.in_process(rocenante.World(1), 3)
 
 
+@pytest.mark.skipif(not rocenante.has_tcp_bootstrap, reason="this build has no store bootstrap")
+def test_a_malformed_rank_variable_is_named_by_its_value_not_as_a_rank(monkeypatch):
+    for v in ("ROCENANTE_RANK", "ROCENANTE_WORLD_SIZE", "RANK", "WORLD_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("ROCENANTE_BOOTSTRAP", "127.0.0.1:1")  # nobody listens: the failure report gives up at once
+    monkeypatch.setenv("RANK", "abc")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(rocenante.ConfigError) as info:
+        rocenante.Communicator.from_env(bootstrap_timeout=1.0)
+    assert "RANK='abc' is not an integer in [0, 1]" in str(info.value), str(info.value)
+    assert "rocenante rank abc" not in str(info.value), str(info.value)
+
+
 def test_a_raising_bootstrap_callback_is_a_bootstrap_error():
     def all_gather(b):
         raise OSError("the store is down")

@@ -304,17 +304,58 @@ TEST_SUITE("host.multiprocess.bootstrap") {
     }
   }
 
-  TEST_CASE("bootstrap::tcp: ranks started with different world sizes fail together, naming both sizes") {
-    const auto rs = run_world("expect_failure", 3, 3, {{"ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "3000"}},
-                              [](int r) -> std::map<std::string, std::string> {
-                                if (r == 2) return {{"ROCENANTE_WORLD_SIZE", "4"}};
-                                return {};
-                              });
-    INFO(all_output(rs));
-    CHECK(rs[0].exit_code == 3);
-    CHECK(rs[0].value("error").find("rank 2 was started with a world of 4 ranks, rank 0 with 3") != std::string::npos);
-    CHECK(rs[2].exit_code == 3);
-    CHECK(rs[2].value("error").find("world of 4 ranks") != std::string::npos);
+  TEST_CASE("bootstrap::tcp: a world-size disagreement is named on every rank within 5 s (the 120 s bound unused)") {
+    struct disagreement {
+      int rank;                // whose ROCENANTE_WORLD_SIZE differs
+      std::string size, says;  // its value, and what every rank's error must say
+    };
+    const disagreement cases[] = {{2, "4", "rank 2 was started with a world of 4 ranks, rank 0 with 3"},
+                                  {0, "4", "was started with a world of 3 ranks, rank 0 with 4"}};
+    for (const disagreement& d : cases) {
+      CAPTURE(d.rank);
+      const auto rs = run_world("expect_failure", 3, 3, {}, [&](int r) -> vars_of {
+        if (r == d.rank) return {{"ROCENANTE_WORLD_SIZE", d.size}};
+        return {};
+      }, std::chrono::seconds(60));
+      INFO(all_output(rs));
+      REQUIRE(rs.size() == 3);
+      for (const auto& r : rs) {
+        CAPTURE(r.rank);
+        CHECK(r.exit_code == 3);
+        CHECK(r.value("error").find(d.says) != std::string::npos);
+        CHECK(r.seconds < 5.0);
+      }
+    }
+  }
+
+  TEST_CASE("bootstrap::tcp: a bad value on one rank fails every rank within 5 s, naming that rank and the value") {
+    struct bad_value {
+      int rank;
+      std::string variable, value, named;  // `named`: how the other ranks' errors name the failing process
+    };
+    const bad_value cases[] = {
+        {2, "ROCENANTE_TIMEOUT_MS", "abc", "rank 2 failed its own configuration and exited: "},
+        {1, "ROCENANTE_BOOTSTRAP_TIMEOUT_MS", "soon", "rank 1 failed its own configuration and exited: "},
+        {0, "ROCENANTE_TRANSPORT", "pigeon", "rank 0 failed its own configuration: "},
+        {3, "ROCENANTE_RANK", "abc", "a process that could not read its rank failed its own configuration and exited: "},
+    };
+    for (const bad_value& b : cases) {
+      CAPTURE(b.variable);
+      const auto rs = run_world("expect_failure", 4, 4, {}, [&](int r) -> vars_of {
+        if (r == b.rank) return {{b.variable, b.value}};
+        return {};
+      }, std::chrono::seconds(60));
+      INFO(all_output(rs));
+      REQUIRE(rs.size() == 4);
+      const std::string value = b.variable + "='" + b.value + "'";
+      for (const auto& r : rs) {
+        CAPTURE(r.rank);
+        CHECK(r.exit_code == 3);
+        CHECK(r.value("error").find(value) != std::string::npos);  // the value, on every rank
+        if (r.rank != b.rank) CHECK(r.value("error").find(b.named) != std::string::npos);
+        CHECK(r.seconds < 5.0);
+      }
+    }
   }
 
   TEST_CASE("bootstrap::tcp: an address that does not resolve is named, at once") {

@@ -14,7 +14,8 @@
 //
 // Keywords are case-insensitive (as NCCL's). A bad value throws config_error naming the variable, the value and
 // the accepted values. Set-up code (host/select.hpp) reads them on every rank and exchanges the outcome, so a
-// bad value on one rank fails set-up on every rank instead of leaving the others waiting (hazard H8).
+// bad value on one rank fails set-up on every rank instead of leaving the others waiting (hazard H8);
+// bootstrap::tcp::from_env reads them too, before it connects, and tells rank 0 about a bad one.
 // The other ROCENANTE_IB_* variables belong to the ibverbs transport alone (transport/ibverbs/device.hpp).
 // Host only.
 #pragma once

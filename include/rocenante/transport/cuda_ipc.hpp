@@ -6,8 +6,10 @@
 //
 // Mechanism: CUDA virtual memory management. Each rank creates its window with cuMemCreate as a shareable
 // allocation, exports it as a POSIX file descriptor (cuMemExportToShareableHandle), and sends the descriptor to
-// every peer of the node over a Unix datagram socket (SCM_RIGHTS; abstract names derived from a nonce of rank 0
-// and the rank, so concurrent jobs do not meet). A peer imports it (cuMemImportFromShareableHandle), maps it and
+// every peer of the node over a Unix datagram socket (transport/fd_exchange.hpp: SCM_RIGHTS; abstract names derived
+// from a nonce of rank 0 and the rank; every datagram carries the job's token and the kernel's credentials of its
+// sender, so another job's or another user's process cannot hand a rank a window or take one; descriptors leave
+// only after every rank voted its socket bound). A peer imports it (cuMemImportFromShareableHandle), maps it and
 // grants its own GPU access. Why VMM and not cudaIpcGetMemHandle: an imported VMM allocation is reference-counted,
 // so a peer that dies (SIGKILL) leaves its window mapped and backed in the survivors until they unmap it — a
 // survivor's stores into a dead peer's window cannot fault, and the survivor reports the dead peer through the
@@ -34,7 +36,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -48,6 +49,7 @@
 #include "../core/options.hpp"
 #include "../protocol/layout.hpp"
 #include "concepts.hpp"
+#include "fd_exchange.hpp"
 #include "loopback.hpp"
 #include "socket/net.hpp"
 
@@ -139,17 +141,16 @@ struct mapping {
   }
 };
 
-/// A rank's card: where it runs, and whether its local set-up worked.
+/// A rank's card: where it runs, and whether its local set-up worked. Rank 0's nonce names the sockets, its token
+/// (never part of a name) marks the job's datagrams.
 struct card {
-  std::uint64_t host, nonce;
+  std::uint64_t host, nonce, token;
   std::int32_t rank, ok;
   std::uint64_t window_bytes;
   char error[200];
 };
 
-inline std::string socket_name(std::uint64_t nonce, int rank) {
-  return "rocenante-ipc-" + std::to_string(nonce) + "-" + std::to_string(rank);
-}
+inline constexpr char socket_prefix[] = "rocenante-ipc";
 
 }  // namespace ipc_detail
 
@@ -169,11 +170,12 @@ class cuda_ipc {
         detail::now_ns() + (opts.timeout_ns != 0 ? opts.timeout_ns : 30'000'000'000ull);
     ipc_detail::card mine{};
     mine.host = identity::host();
-    mine.nonce = std::random_device{}() * 0x100000001ull ^ detail::now_ns();
     mine.rank = me_;
     mine.ok = 1;
     int fd_out = -1;
     try {
+      mine.nonce = fdx::random_u64();
+      mine.token = fdx::random_u64();
       create_window(layout, fd_out);
       mine.window_bytes = self_.size;
     } catch (const error& e) {
@@ -198,7 +200,7 @@ class cuda_ipc {
     std::string why;
     std::vector<int> fds(static_cast<std::size_t>(n_), -1);
     try {
-      exchange_fds(all[0].nonce, fd_out, fds, deadline, boot);
+      fds = fdx::exchange(boot, "cuda_ipc", ipc_detail::socket_prefix, all[0].nonce, all[0].token, fd_out, deadline);
       imported_ = std::make_unique<ipc_detail::mapping[]>(static_cast<std::size_t>(n_));
       for (int q = 0; q < n_; ++q) {
         if (q == me_) continue;
@@ -281,90 +283,6 @@ class cuda_ipc {
                       ("cuMemImportFromShareableHandle of rank " + std::to_string(q) + "'s window").c_str());
     ::close(fd);
     imported_[q].map(h, bytes, granularity_, device_);
-  }
-
-  /// Sends this rank's descriptor to every peer and receives every peer's, over abstract Unix datagram sockets.
-  void exchange_fds(std::uint64_t nonce, int fd_out, std::vector<int>& fds, std::uint64_t deadline,
-                    bootstrap::bootstrap_ref boot) {
-    namespace sock = transport::sock;
-    auto address = [&](int rank, sockaddr_un& a) {
-      a = sockaddr_un{};
-      a.sun_family = AF_UNIX;
-      const std::string n = ipc_detail::socket_name(nonce, rank);
-      std::memcpy(a.sun_path + 1, n.data(), n.size());  // abstract: leading NUL
-      return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n.size());
-    };
-    sock::fd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!s) throw transport_error("cuda_ipc: socket(AF_UNIX) failed (" + sock::errno_text(errno) + ")");
-    sockaddr_un me{};
-    const socklen_t len = address(me_, me);
-    std::string bind_error;
-    if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&me), len) != 0) bind_error = sock::errno_text(errno);
-    boot.barrier();  // every rank is bound before anyone sends (a rank whose bind failed fails below, after sending)
-    if (!bind_error.empty()) throw transport_error("cuda_ipc: binding a Unix socket failed (" + bind_error + ")");
-    for (int q = 0; q < n_; ++q) {
-      if (q == me_) continue;
-      sockaddr_un to{};
-      const socklen_t tl = address(q, to);
-      std::int32_t who = me_;
-      iovec iov{&who, sizeof who};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr m{};
-      m.msg_name = &to;
-      m.msg_namelen = tl;
-      m.msg_iov = &iov;
-      m.msg_iovlen = 1;
-      m.msg_control = control;
-      m.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&m);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &fd_out, sizeof(int));
-      for (;;) {
-        if (::sendmsg(s.get(), &m, MSG_NOSIGNAL) >= 0) break;
-        if (errno == EINTR) continue;
-        if ((errno != EAGAIN && errno != ENOBUFS) || detail::now_ns() >= deadline)
-          throw transport_error("cuda_ipc: sending the window's descriptor to rank " + std::to_string(q) + " failed (" +
-                                sock::errno_text(errno) +
-                                "); ranks in different network namespaces (containers) cannot exchange them");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    }
-    for (int got = 0; got < n_ - 1;) {
-      std::int32_t who = -1;
-      iovec iov{&who, sizeof who};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr m{};
-      m.msg_iov = &iov;
-      m.msg_iovlen = 1;
-      m.msg_control = control;
-      m.msg_controllen = sizeof control;
-      const ssize_t k = ::recvmsg(s.get(), &m, MSG_CMSG_CLOEXEC);
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN || detail::now_ns() >= deadline) {
-          std::string missing;
-          for (int q = 0; q < n_; ++q)
-            if (q != me_ && fds[q] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-          throw transport_error("cuda_ipc: no window descriptor from rank(s) " + missing +
-                                " before the timeout; ranks in different network namespaces (containers) cannot "
-                                "exchange them");
-        }
-        pollfd p{s.get(), POLLIN, 0};
-        ::poll(&p, 1, sock::poll_ms(deadline));
-        continue;
-      }
-      cmsghdr* c = CMSG_FIRSTHDR(&m);
-      int fd = -1;
-      if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-      if (k != sizeof who || who < 0 || who >= n_ || who == me_ || fds[who] >= 0 || fd < 0) {
-        if (fd >= 0) ::close(fd);  // a stray datagram: not one of this job's ranks
-        continue;
-      }
-      fds[who] = fd;
-      ++got;
-    }
   }
 
   int me_ = 0, n_ = 0, device_ = 0;
