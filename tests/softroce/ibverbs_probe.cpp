@@ -37,8 +37,11 @@ int main(int argc, char** argv) {
   }
   if (mode == "cards") {  // connection-card validation (HAZARDS #8): every corruption is refused, naming the rank
     using transport::ib::card;
-    const card good{.magic = transport::ib::card_magic, .version = transport::ib::card_version, .size = sizeof(card),
-                    .rank = 2, .devices = 1, .ok = 1, .window_bytes = 8192, .error = {}, .dev = {}};
+    card good{.magic = transport::ib::card_magic, .version = transport::ib::card_version, .size = sizeof(card),
+              .rank = 2, .devices = 1, .ok = 1, .window_bytes = 8192, .rails = 1, .pad = 0, .rail_dev = {}, .error = {},
+              .dev = {}};
+    std::memset(good.rail_dev, transport::ib::no_route, sizeof good.rail_dev);
+    good.rail_dev[0][0] = 0;
     // each corruption of a good card, and a part of the refusal it must get ("": accepted)
     const std::pair<void (*)(card&), const char*> cases[] = {
         {[](card&) {}, ""},
@@ -46,7 +49,9 @@ int main(int argc, char** argv) {
         {[](card& c) { c.size -= 8; }, "connection card of"},
         {[](card& c) { c.version += 1; }, "connection-card version"},
         {[](card& c) { c.rank = 3; }, "claims rank 3"},
-        {[](card& c) { c.devices = 2; }, "uses 2 RDMA device(s), this rank 1"},
+        {[](card& c) { c.rails = 2; }, "stripes a call over 2 RDMA device(s), this rank over 1"},
+        {[](card& c) { c.rail_dev[1][0] = 1; }, "route to rank 1 names device 1 of its 1"},
+        {[](card& c) { c.devices = 5; }, "names 5 RDMA devices"},
         {[](card& c) { c.window_bytes = 4096; }, "window is 4096 bytes"},
     };
     int bad = 0;

@@ -4,7 +4,11 @@
 //
 // Environment (docs/operations.md has the full table):
 //   ROCENANTE_IB_HCA         devices, comma separated, each optionally ":port" (default: the first device with
-//                            an ACTIVE port). Several devices: a rank's parts are striped over them.
+//                            an ACTIVE port). Several devices: every call to a peer is striped over them (rails).
+//   ROCENANTE_IB_ROUTES      per-peer routes, "PEER=DEV[,DEV...][;PEER=DEV...]": peer PEER is reached over the
+//                            devices named (each in ROCENANTE_IB_HCA), one rail each; a peer not named has no route
+//                            (unreachable: ring only). Every route the same number of devices. Unset: every peer
+//                            over every device. A switchless ring of DGX Sparks: each neighbour over its own port.
 //   ROCENANTE_IB_GID_INDEX   GID table index (default: the first RoCE v2 IPv4 GID); checked non-zero
 //   ROCENANTE_IB_TIMEOUT     local ACK timeout exponent, 4.096 us x 2^t (default 14: 67 ms)
 //   ROCENANTE_IB_RETRY_CNT   transport retries before IBV_WC_RETRY_EXC_ERR (default 6; rxe treats 7 as forever)
@@ -45,6 +49,8 @@ struct ib_config {
   int service_level = 0;
   int send_depth = 128;          ///< outstanding work requests per queue pair (send credits)
   idle_policy idle{};
+  /// Per-peer routes (ROCENANTE_IB_ROUTES): {peer, device names}. Empty: every peer over every device.
+  std::vector<std::pair<int, std::vector<std::string>>> routes;
 
   static ib_config from_env() {
     ib_config c;
@@ -85,7 +91,43 @@ struct ib_config {
     }
     c.idle.spin_polls = static_cast<std::uint32_t>(env_int("ROCENANTE_IB_SPIN_POLLS", static_cast<int>(c.idle.spin_polls), 0, 1 << 30));
     c.idle.sleep_us = static_cast<std::uint32_t>(env_int("ROCENANTE_IB_SLEEP_US", static_cast<int>(c.idle.sleep_us), 1, 1'000'000));
+    if (const char* s = std::getenv("ROCENANTE_IB_ROUTES"); s && *s) c.routes = parse_routes(s);
     return c;
+  }
+
+  /// "1=mlx5_0,mlx5_1; 2=mlx5_2" -> {{1, {mlx5_0, mlx5_1}}, {2, {mlx5_2}}} (spaces ignored). Which names and peers
+  /// exist is checked at set-up, where the devices and the world are known.
+  static std::vector<std::pair<int, std::vector<std::string>>> parse_routes(const std::string& text) {
+    std::vector<std::pair<int, std::vector<std::string>>> out;
+    std::string all;
+    for (char ch : text)
+      if (ch != ' ') all += ch;
+    std::size_t at = 0;
+    while (at <= all.size()) {
+      std::size_t end = all.find(';', at);
+      if (end == std::string::npos) end = all.size();
+      const std::string item = all.substr(at, end - at);
+      at = end + 1;
+      if (item.empty()) continue;
+      const std::size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+        throw config_error("ROCENANTE_IB_ROUTES: '" + item + "' is not PEER=DEV[,DEV...] (e.g. '1=mlx5_0,mlx5_1;2=mlx5_2,mlx5_3')");
+      std::pair<int, std::vector<std::string>> r{parse_int("ROCENANTE_IB_ROUTES peer", item.substr(0, eq), 0, 65535), {}};
+      std::string dev;
+      for (std::size_t i = eq + 1; i <= item.size(); ++i) {
+        if (i == item.size() || item[i] == ',') {
+          if (dev.empty()) throw config_error("ROCENANTE_IB_ROUTES: an empty device name in '" + item + "'");
+          r.second.push_back(dev);
+          dev.clear();
+        } else {
+          dev += item[i];
+        }
+      }
+      for (const auto& o : out)
+        if (o.first == r.first) throw config_error("ROCENANTE_IB_ROUTES names peer " + std::to_string(r.first) + " twice");
+      out.push_back(std::move(r));
+    }
+    return out;
   }
 
   static int parse_int(const char* what, const std::string& v, int lo, int hi) {

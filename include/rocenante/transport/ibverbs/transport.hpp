@@ -79,7 +79,7 @@ namespace rocenante::transport {
 namespace ib {
 
 /// Version of the connection card below; ranks with different versions refuse to connect.
-inline constexpr std::uint32_t card_version = 1;
+inline constexpr std::uint32_t card_version = 2;
 inline constexpr std::uint32_t card_magic = 0x52434e56;  // "RCNV"
 
 /// The verbs set-up the protocol's write ordering rests on (docs/design.md, "RDMA write ordering"): a waiter that
@@ -132,18 +132,31 @@ struct card {
   std::uint32_t devices;
   std::uint32_t ok;  ///< 0: set-up failed on this rank; `error` says why
   std::uint64_t window_bytes;
+  std::uint32_t rails;  ///< devices per route (ROCENANTE_IB_ROUTES; else every device)
+  std::uint32_t pad;
+  /// rail_dev[q][k]: the device (index into dev) this rank uses for rail k to rank q; no_route where it has none
+  std::uint8_t rail_dev[max_ranks][max_devices];
   char error[512];
   device_card dev[max_devices];
 };
+inline constexpr std::uint8_t no_route = 0xff;
 
 /// Checks a peer's card. Returns an empty string when it is acceptable, else why not.
-inline std::string validate_card(const card& c, int expected_rank, std::uint32_t my_devices, std::uint64_t window_bytes) {
+inline std::string validate_card(const card& c, int expected_rank, std::uint32_t my_rails, std::uint64_t window_bytes) {
   if (std::string why = check_card_header(c, expected_rank, card_magic, card_version, ""); !why.empty()) return why;
   if (c.ok == 0) return "";  // reported separately, with the peer's own message
   const std::string who = "rank " + std::to_string(expected_rank);
-  if (c.devices != my_devices)
-    return who + " uses " + std::to_string(c.devices) + " RDMA device(s), this rank " + std::to_string(my_devices) +
-           "; set ROCENANTE_IB_HCA to the same number of devices on every rank";
+  if (c.rails != my_rails)
+    return who + " stripes a call over " + std::to_string(c.rails) + " RDMA device(s), this rank over " +
+           std::to_string(my_rails) + "; set ROCENANTE_IB_HCA (and ROCENANTE_IB_ROUTES) to the same number of "
+           "devices per peer on every rank";
+  if (c.devices > static_cast<std::uint32_t>(max_devices))
+    return who + " names " + std::to_string(c.devices) + " RDMA devices, more than " + std::to_string(max_devices);
+  for (int q = 0; q < max_ranks; ++q)
+    for (int k = 0; k < max_devices; ++k)
+      if (c.rail_dev[q][k] != no_route && c.rail_dev[q][k] >= c.devices)
+        return who + "'s route to rank " + std::to_string(q) + " names device " + std::to_string(c.rail_dev[q][k]) +
+               " of its " + std::to_string(c.devices);
   if (c.window_bytes != window_bytes)
     return who + "'s window is " + std::to_string(c.window_bytes) + " bytes, this rank's " + std::to_string(window_bytes);
   return "";
@@ -231,13 +244,7 @@ class basic_ibverbs {
     conns_.assign(res_.dev.size() * static_cast<std::size_t>(n), conn{});
     // 3. Per-pair probe (before the proxy starts): one signalled zero-length RDMA WRITE per queue pair.
     probe_pairs();
-    // A call posted once is striped over every device, one flag per device (part d of its channel): every rank has
-    // the same device count (check_cards) and the same max_parts (options agreed), so this refusal is everyone's.
-    if (res_.dev.size() > layout.max_parts)
-      throw config_error("ibverbs: " + std::to_string(res_.dev.size()) + " RDMA devices but options::max_parts = " +
-                         std::to_string(layout.max_parts) + "; a call is striped over every device with one flag per "
-                         "device: raise max_parts or name fewer devices in ROCENANTE_IB_HCA");
-    handle_ = mem_.handle(me_, n, layout, opts.timeout_ns, static_cast<std::uint32_t>(res_.dev.size()));
+    handle_ = mem_.handle(me_, n, layout, opts.timeout_ns, rails_);
     proxy_.start(this, mem_.queue_array(), layout_.max_parts, cfg_.idle);
   }
 
@@ -300,6 +307,7 @@ class basic_ibverbs {
     for (std::size_t d = 0; d < res_.dev.size(); ++d)
       for (int q = 0; q < n_; ++q) {
         if (q == me_ || !res_.dev[d].qps[q]) continue;
+        if (std::find(route_[q].begin(), route_[q].end(), static_cast<int>(d)) == route_[q].end()) continue;  // unused
         const conn& c = conns_[d * n_ + q];
         const auto posted = detail::load_relaxed(const_cast<std::uint64_t*>(&c.posted));
         const auto completed = detail::load_relaxed(const_cast<std::uint64_t*>(&c.completed));
@@ -392,14 +400,16 @@ class basic_ibverbs {
     const std::size_t nd = res_.dev.size();
     // 0: pending, 1: ok, 2: failed
     std::vector<int> state(nd * static_cast<std::size_t>(n_), 1);
-    for (std::size_t d = 0; d < nd; ++d)
-      for (int q = 0; q < n_; ++q) {
-        if (q == me_) continue;
-        if (!connect_failed_[d * n_ + q].empty()) {
-          state[d * n_ + q] = 2;
-          reach_.why[q] = connect_failed_[d * n_ + q];
-          continue;
-        }
+    for (int q = 0; q < n_; ++q) {
+      if (q == me_) continue;
+      if (!connect_failed_[q].empty()) {  // no route, or a rail that could not be connected
+        reach_.ok[q] = 0;
+        reach_.why[q] = connect_failed_[q];
+        for (std::size_t d = 0; d < nd; ++d) conns_[d * n_ + q].probe_failed = true;
+        continue;
+      }
+      for (const int di : route_[q]) {
+        const std::size_t d = static_cast<std::size_t>(di);
         const auto remote = remote_[d * n_ + q];
         ibv_send_wr wr{};
         wr.wr_id = wr_id(d, q, 0);
@@ -418,6 +428,7 @@ class basic_ibverbs {
           state[d * n_ + q] = 0;
         }
       }
+    }
     const double try_s = 4.096e-6 * static_cast<double>(1ull << cfg_.timeout) * (cfg_.retry_cnt + 1);
     const std::uint64_t deadline = detail::now_ns() + static_cast<std::uint64_t>((2 * try_s + 1.0) * 1e9);
     auto pending = [&] { return std::count(state.begin(), state.end(), 0) > 0; };
@@ -535,27 +546,83 @@ class basic_ibverbs {
       }
     }
     psn_ = psn;
+    plan_routes(mine);
   }
 
   void check_cards(const std::vector<ib::card>& all, const ib::card& mine) const {
     const std::string first = first_card_problem(
-        all, [&](const ib::card& c, int q) { return ib::validate_card(c, q, mine.devices, mine.window_bytes); });
+        all, [&](const ib::card& c, int q) { return ib::validate_card(c, q, mine.rails, mine.window_bytes); });
     if (!first.empty()) throw transport_error("ibverbs (seen by rank " + std::to_string(me_) + "): " + first);
   }
 
+  /// route_[q]: the devices (rails) this rank reaches rank q over: ROCENANTE_IB_ROUTES, else every device; rails_ the
+  /// common length. Published in the card (rail_dev), so that each rail's queue pair connects to the peer's queue
+  /// pair of the same rail. Runs inside set-up's first exchange: a bad route fails every rank, naming this one.
+  void plan_routes(ib::card& mine) {
+    const int nd = static_cast<int>(res_.dev.size());
+    route_.assign(static_cast<std::size_t>(n_), {});
+    if (cfg_.routes.empty()) {
+      for (int q = 0; q < n_; ++q)
+        for (int d = 0; d < nd && q != me_; ++d) route_[q].push_back(d);
+      rails_ = static_cast<std::uint32_t>(nd);
+    } else {
+      rails_ = 0;
+      for (const auto& [peer, names] : cfg_.routes) {
+        if (peer < 0 || peer >= n_ || peer == me_)
+          throw config_error("ROCENANTE_IB_ROUTES names rank " + std::to_string(peer) + ", not a peer of rank " +
+                             std::to_string(me_) + " in a world of " + std::to_string(n_));
+        for (const std::string& name : names) {
+          int d = 0;
+          while (d < nd && res_.dev[d].info.name != name) ++d;
+          if (d == nd)
+            throw config_error("ROCENANTE_IB_ROUTES routes rank " + std::to_string(peer) + " over " + name +
+                               ", which is not one of the devices in ROCENANTE_IB_HCA");
+          if (std::find(route_[peer].begin(), route_[peer].end(), d) != route_[peer].end())
+            throw config_error("ROCENANTE_IB_ROUTES names " + name + " twice for rank " + std::to_string(peer));
+          route_[peer].push_back(d);
+        }
+        if (rails_ != 0 && route_[peer].size() != rails_)
+          throw config_error("ROCENANTE_IB_ROUTES: every route must have the same number of devices (rank " +
+                             std::to_string(peer) + ": " + std::to_string(route_[peer].size()) + ", another: " +
+                             std::to_string(rails_) + ")");
+        rails_ = static_cast<std::uint32_t>(route_[peer].size());
+      }
+    }
+    // A call posted once has one flag per rail (part d of its channel).
+    if (rails_ > layout_.max_parts)
+      throw config_error("ibverbs: a call is striped over " + std::to_string(rails_) + " RDMA devices with one flag "
+                         "each, but options::max_parts = " + std::to_string(layout_.max_parts) +
+                         ": raise max_parts or name fewer devices in ROCENANTE_IB_HCA");
+    mine.rails = rails_;
+    std::memset(mine.rail_dev, ib::no_route, sizeof mine.rail_dev);
+    for (int q = 0; q < n_; ++q)
+      for (std::size_t k = 0; k < route_[q].size(); ++k) mine.rail_dev[q][k] = static_cast<std::uint8_t>(route_[q][k]);
+  }
+
+  /// Rail k to rank q: this rank's device route_[q][k] to the peer's device all[q].rail_dev[me][k]. A pair without a
+  /// route on either side, or that cannot be connected, is unreachable (the probe reports it), not a failed transport.
   void connect(const std::vector<ib::card>& all) {
     path_mtu_.assign(res_.dev.size() * static_cast<std::size_t>(n_), IBV_MTU_256);
-    connect_failed_.assign(res_.dev.size() * static_cast<std::size_t>(n_), std::string());
+    connect_failed_.assign(static_cast<std::size_t>(n_), std::string());
     remote_.resize(res_.dev.size() * static_cast<std::size_t>(n_));
-    for (std::size_t d = 0; d < res_.dev.size(); ++d) {
-      for (int q = 0; q < n_; ++q) {
-        if (q == me_) continue;
+    for (int q = 0; q < n_; ++q) {
+      if (q == me_) continue;
+      if (route_[q].empty()) {
+        connect_failed_[q] = "no route to rank " + std::to_string(q) + " in ROCENANTE_IB_ROUTES";
+        continue;
+      }
+      for (std::size_t k = 0; k < route_[q].size(); ++k) {
+        const std::uint8_t theirs = all[q].rail_dev[me_][k];
+        if (theirs == ib::no_route) {
+          connect_failed_[q] = "rank " + std::to_string(q) + " has no route to this rank (its ROCENANTE_IB_ROUTES)";
+          break;
+        }
         try {
-          connect_pair(d, q, all[q].dev[d]);
+          // INIT -> RTR resolves the peer's address: ETIMEDOUT when there is no path
+          connect_pair(static_cast<std::size_t>(route_[q][k]), q, all[q].dev[theirs]);
         } catch (const error& e) {
-          // A pair that cannot be connected (INIT -> RTR resolves the peer's address: ETIMEDOUT when there is no
-          // path) is an unreachable pair, not a failed transport: the probe reports it (reachable()).
-          connect_failed_[d * n_ + q] = e.what();
+          connect_failed_[q] = e.what();
+          break;
         }
       }
     }
@@ -662,24 +729,36 @@ class basic_ibverbs {
     if (failed_.load(std::memory_order_relaxed)) abort_.publish(mem_.window.get(), layout_, seq, failed_peer_);
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
     if (e.peer != all_peers) {
+      const int peer = static_cast<int>(e.peer);
+      if (!routed(peer)) return;
       const std::uint32_t part = static_cast<std::uint32_t>((e.flag_index / layout_.channels) % layout_.max_parts);
-      const std::size_t d = (part + e.peer) % res_.dev.size();
-      write_to(d, static_cast<int>(e.peer), at, e.bytes, e.flag_index, e.flag_value, true);
+      const auto& route = route_[e.peer];
+      write_to(static_cast<std::size_t>(route[(part + e.peer) % route.size()]), peer, at, e.bytes, e.flag_index,
+               e.flag_value, true);
       proxy_.count_bytes(e.bytes);
       return;
     }
-    const std::uint32_t rails = static_cast<std::uint32_t>(res_.dev.size());
     const std::uint64_t units = protocol::ceil_div(e.bytes, rail_unit);
     for (int k = 1; k < n_; ++k) {
       const int peer = (me_ + k) % n_;
-      for (std::uint32_t d = 0; d < rails; ++d) {
+      if (!routed(peer)) continue;
+      for (std::uint32_t d = 0; d < rails_; ++d) {
         // Rail d: [b_d, b_{d+1}) in 64-byte units, b_rails = bytes; the last rail's share is never empty.
-        const std::uint64_t b0 = units * d / rails * rail_unit;
-        const std::uint64_t b1 = d + 1 == rails ? e.bytes : units * (d + 1) / rails * rail_unit;
-        write_to(d, peer, at + b0, b1 - b0, e.flag_index + std::uint64_t{d} * layout_.channels, e.flag_value, false);
+        const std::uint64_t b0 = units * d / rails_ * rail_unit;
+        const std::uint64_t b1 = d + 1 == rails_ ? e.bytes : units * (d + 1) / rails_ * rail_unit;
+        write_to(static_cast<std::size_t>(route_[peer][d]), peer, at + b0, b1 - b0,
+                 e.flag_index + std::uint64_t{d} * layout_.channels, e.flag_value, false);
       }
       proxy_.count_bytes(e.bytes);
     }
+  }
+
+  /// Whether `peer` has a route; a write for a peer without one fails the rank, naming the peer.
+  bool routed(int peer) {
+    if (!route_[static_cast<std::size_t>(peer)].empty()) return true;
+    if (!conns_[static_cast<std::size_t>(peer)].failed)
+      record_failure(0, peer, "write to a peer with no route (" + reach_.why[static_cast<std::size_t>(peer)] + ")");
+    return false;
   }
 
   /// Granule of a whole call's split over rails (a cache line: a rail's write never shares one with another's).
@@ -826,7 +905,9 @@ class basic_ibverbs {
   std::vector<remote_window> remote_;
   std::vector<conn> conns_;  // [device][peer], proxy thread only (the constructor's probe writes it first)
   pair_reach reach_;  // the start-up probe's outcome; written before the proxy starts
-  std::vector<std::string> connect_failed_;  // [device][peer]: why connecting that queue pair failed (empty: ok)
+  std::vector<std::string> connect_failed_;  // [peer]: why that pair has no route or a rail could not connect (empty: ok)
+  std::vector<std::vector<int>> route_;      // [peer]: the devices of its rails (plan_routes)
+  std::uint32_t rails_ = 1;
   proxy_handle handle_{};
   std::atomic<bool> failed_{false};
   std::string failure_;
