@@ -18,11 +18,8 @@
 #include "copy_bench.cuh"
 #include "floor.cuh"
 
-#include <atomic>
 #include <cstdio>
-#include <cstring>
 #include <memory>
-#include <thread>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -273,69 +270,6 @@ void register_floors() {
       }
 }
 
-/// One GPU thread rings a doorbell `rounds` times: it release-stores round i into a word of pinned host-mapped memory
-/// (system scope), a CPU thread that polls that word acquires it and release-stores i into an acknowledgement word,
-/// and the GPU thread polls for the acknowledgement before it rings again.
-__global__ void doorbell_ping(std::uint64_t* bell, std::uint64_t* ack, std::uint64_t rounds, unsigned* failed) {
-  const std::uint64_t t0 = detail::now_ns();
-  for (std::uint64_t i = 1; i <= rounds; ++i) {
-    detail::store_release(bell, i);
-    while (detail::load_acquire(ack) != i)
-      if (detail::now_ns() - t0 > 10'000'000'000ull) {
-        *failed = 1;
-        return;
-      }
-  }
-}
-
-/// doorbell/host_mapped/round_trip: the proxy path's doorbell term — a GPU store to host-mapped memory seen by a CPU
-/// thread, and the way back (the proxy's flag seen by the GPU) — as a round trip, per round (20,000 in one kernel,
-/// CUDA events). Half of it is one crossing: the model of docs/performance.md §7 uses it as "GPU store -> proxy sees
-/// it" and "proxy's flag -> GPU sees it". The CPU thread spins (idle policy spin).
-void bench_doorbell(benchmark::State& state) {
-  constexpr std::uint64_t rounds = 20000;
-  std::uint64_t* words = nullptr;  // [0] bell, [16] ack: separate cache lines
-  unsigned* failed = nullptr;
-  cudaHostAlloc(reinterpret_cast<void**>(&words), 256, cudaHostAllocMapped | cudaHostAllocPortable);
-  cudaMalloc(&failed, sizeof(unsigned));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (auto _ : state) {
-    std::memset(words, 0, 256);
-    cudaMemset(failed, 0, sizeof(unsigned));
-    cudaDeviceSynchronize();
-    std::atomic<bool> stop{false};
-    std::thread cpu([&] {
-      std::uint64_t seen = 0;
-      while (seen < rounds && !stop.load(std::memory_order_relaxed)) {
-        const std::uint64_t b = detail::load_acquire(words);
-        if (b != seen) {
-          seen = b;
-          detail::store_release(words + 16, b);
-        }
-      }
-    });
-    cudaEventRecord(e0);
-    doorbell_ping<<<1, 1>>>(words, words + 16, rounds, failed);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    stop = true;
-    cpu.join();
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(double(ms) / 1e3 / double(rounds));
-  }
-  unsigned f = 0;
-  cudaMemcpy(&f, failed, sizeof f, cudaMemcpyDeviceToHost);
-  if (f != 0) state.SkipWithError("the CPU thread did not acknowledge within 10 s");
-  state.counters["rounds_per_iteration"] = double(rounds);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(failed);
-  cudaFreeHost(words);
-}
-
 using rocenante_bench::bench_copy;
 
 template <class T>
@@ -380,8 +314,6 @@ int main(int argc, char** argv) {
         bench_collective<__nv_bfloat16, transport::cuda_loopback_proxy>(s, 4, coll::all_reduce_one_shot, bytes, graph);
       })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
     }
-  benchmark::RegisterBenchmark("doorbell/host_mapped/round_trip", bench_doorbell)
-      ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(5);
   register_type<__half>("fp16", {8192, 49152, 1 << 20, 64 << 20}, {4}, false);
   register_type<float>("fp32", {8192, 49152, 1 << 20, 64 << 20}, {4}, false);
   benchmark::RegisterBenchmark("copy/d2d/bytes:67108864/after", [](benchmark::State& s) { bench_copy(s, std::size_t{64} << 20); })

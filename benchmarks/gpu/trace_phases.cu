@@ -18,7 +18,10 @@
 // (ROCENANTE_BENCH_MIN_PART=<bytes> sets options::min_part_bytes, the input per CTA). `proxy`: the same over
 // cuda_loopback_proxy (host-mapped windows, a CPU proxy thread per rank), programmatic launch off and on, no floor
 // rows; there "signal" is the part's count and, in the part that stages last, the call trailer and the doorbell,
-// and "wait for peers" holds the proxy's copy and the flags' way back to the GPU.
+// and "wait for peers" holds the proxy's copy and the flags' way back to the GPU. Then the doorbell's own round trip:
+// one GPU thread release-stores round i into pinned host-mapped memory (system scope), a CPU thread that polls it
+// acquires it and release-stores i into an acknowledgement word, which the GPU thread polls before the next round
+// (20,000 rounds in one kernel, CUDA events; half of it is one crossing, GPU -> CPU or CPU -> GPU).
 #define ROCENANTE_TRACE_PHASES 1
 #include <cuda_runtime.h>
 
@@ -28,7 +31,10 @@
 #include "floor.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -237,6 +243,70 @@ int run_floor(std::size_t bytes, int n, std::uint32_t max_parts, bool pdl, floor
 
 }  // namespace
 
+__global__ void doorbell_ping(std::uint64_t* bell, std::uint64_t* ack, std::uint64_t rounds, unsigned* failed) {
+  const std::uint64_t t0 = detail::now_ns();
+  for (std::uint64_t i = 1; i <= rounds; ++i) {
+    detail::store_release(bell, i);
+    while (detail::load_acquire(ack) != i)
+      if (detail::now_ns() - t0 > 10'000'000'000ull) {
+        *failed = 1;
+        return;
+      }
+  }
+}
+
+/// The doorbell round trip (file header), median of 5 kernels of `rounds` rounds; the CPU thread spins.
+int run_doorbell() {
+  constexpr std::uint64_t rounds = 20000;
+  std::uint64_t* words = nullptr;  // [0] bell, [16] ack: separate cache lines
+  unsigned* failed = nullptr;
+  if (cudaHostAlloc(reinterpret_cast<void**>(&words), 256, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
+      cudaMalloc(&failed, sizeof(unsigned)) != cudaSuccess)
+    return 1;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> us;
+  unsigned f = 0;
+  for (int k = 0; k < 5 && f == 0; ++k) {
+    std::memset(words, 0, 256);
+    cudaMemset(failed, 0, sizeof(unsigned));
+    cudaDeviceSynchronize();
+    std::atomic<bool> stop{false};
+    std::thread cpu([&] {
+      std::uint64_t seen = 0;
+      while (seen < rounds && !stop.load(std::memory_order_relaxed)) {
+        const std::uint64_t b = detail::load_acquire(words);
+        if (b != seen) {
+          seen = b;
+          detail::store_release(words + 16, b);
+        }
+      }
+    });
+    cudaEventRecord(e0);
+    doorbell_ping<<<1, 1>>>(words, words + 16, rounds, failed);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    stop = true;
+    cpu.join();
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    us.push_back(double(ms) * 1e3 / double(rounds));
+    cudaMemcpy(&f, failed, sizeof f, cudaMemcpyDeviceToHost);
+  }
+  if (f == 0)
+    std::printf("\ndoorbell round trip (GPU -> host-mapped word -> CPU thread -> host-mapped word -> GPU), %llu rounds "
+                "per kernel, median of %zu kernels: %.3f us (one crossing ~ %.3f us)\n",
+                static_cast<unsigned long long>(rounds), us.size(), median(us), median(us) / 2);
+  else
+    std::printf("\ndoorbell round trip: the CPU thread did not acknowledge within 10 s\n");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(failed);
+  cudaFreeHost(words);
+  return f == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   int dev_count = 0;
@@ -249,7 +319,8 @@ int main(int argc, char** argv) {
   const std::uint32_t parts = argc > 3 ? static_cast<std::uint32_t>(std::atoi(argv[3])) : 16;
   const std::size_t cap = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : std::size_t{64} << 20;
   if (argc > 5 && std::string(argv[5]) == "proxy")
-    return run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, false) | run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, true);
+    return run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, false) |
+           run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, true) | run_doorbell();
   int rc = run(bytes, n, parts, cap, false);
   rc |= run(bytes, n, parts, cap, true);
   rc |= run_floor(bytes, n, parts, true);
