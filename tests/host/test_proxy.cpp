@@ -4,6 +4,7 @@
 // post every pending sequence when it resumes), a dead rank, and mixed back-to-back collectives (fewer than
 // the loopback stress: proxy mode costs ~5 ms a collective when 3 ranks and 3 proxy threads share 2 cores).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -76,6 +77,35 @@ TEST_SUITE("host.proxy") {
         }
       }
     }
+  }
+
+  TEST_CASE("copy engines (one per peer, ROCENANTE_PROXY_COPY_ENGINES): the same bytes, posted once and per part") {
+    struct engines_env {
+      engines_env(const char* v) { ::setenv("ROCENANTE_PROXY_COPY_ENGINES", v, 1); }
+      ~engines_env() { ::unsetenv("ROCENANTE_PROXY_COPY_ENGINES"); }
+    };
+    for (bool per_part : {false, true}) {
+      CAPTURE(per_part);
+      {
+        engines_env e("2");
+        check_all_reduce_against_reference<one_shot, float, transport::loopback_proxy>(3, posting(true, per_part), 330);
+        check_all_reduce_against_reference<ring, __nv_bfloat16, transport::loopback_proxy>(3, posting(true, per_part), 331);
+      }
+      {
+        engines_env e("1");  // two peers share one engine: their writes still in order
+        check_all_gather<__nv_bfloat16, transport::loopback_proxy>(3, posting(false, per_part), 332);
+      }
+    }
+    engines_env e("3");  // more engines than peers: refused at set-up, naming the variable
+    std::vector<std::string> why(3);
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      try {
+        proxy_comm comm(boot, reference_options(false));
+      } catch (const config_error& err) {
+        why[boot.rank()] = err.what();
+      }
+    });
+    for (const auto& w : why) CHECK(contains(w, "ROCENANTE_PROXY_COPY_ENGINES='3'"));
   }
 
   TEST_CASE("calls posted once that differ in count or dtype fail on every rank as a mismatch, at once") {

@@ -6,14 +6,24 @@
 // Memory policies: host_mapping (plain host memory: the host executor) and, in transport/cuda_window.hpp,
 // cuda_mapping (pinned host-mapped windows, staging and queues that a GPU kernel reads and writes in place —
 // the DGX Spark path — and producer cursors in device memory).
+//
+// Copy engines. A NIC moves one call's bytes to every peer at once (its DMA engines serve several queue pairs);
+// one proxy thread copying to each peer in turn would stand in for a NIC that cannot. With E copy engines (threads),
+// the proxy hands each write to engine (peer mod E), which copies and then release-stores the flag; a peer's writes
+// keep their posting order (one engine, one FIFO). E comes from ROCENANTE_PROXY_COPY_ENGINES (0 .. ranks-1), else
+// Mapping::copy_engines(ranks): 0 for host memory (the host executor's tests; every write in the proxy thread), n-1
+// for the GPU's host-mapped memory (the DGX Spark stand-in: one engine per peer).
 #pragma once
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
@@ -25,6 +35,70 @@
 #include "proxy.hpp"
 
 namespace rocenante::transport {
+
+/// One copy engine of a loopback proxy (file header): a thread that carries out, in order, the copies and flag stores
+/// the proxy thread hands it through a single-producer single-consumer ring.
+class copy_engine {
+ public:
+  struct job {
+    std::byte* dst;
+    const std::byte* src;
+    std::uint64_t bytes;
+    std::uint64_t* flag;
+    std::uint64_t value;
+  };
+
+  copy_engine() = default;
+  copy_engine(const copy_engine&) = delete;
+  copy_engine& operator=(const copy_engine&) = delete;
+  ~copy_engine() { stop(); }
+
+  /// `owner` receives the copy time (proxy_thread::count_copy_ns).
+  void start(proxy_thread* owner, idle_policy idle) {
+    thread_ = std::thread([this, owner, idle] { run(owner, idle); });
+  }
+  /// Proxy thread only: queue one job; waits (yielding) while the ring is full.
+  void push(const job& j) {
+    const std::uint64_t h = head_.load(std::memory_order_relaxed);
+    while (h - tail_.load(std::memory_order_acquire) >= depth) std::this_thread::yield();
+    ring_[h % depth] = j;
+    head_.store(h + 1, std::memory_order_release);
+  }
+  /// Carries out every job already pushed, then joins. Idempotent.
+  void stop() {
+    stop_.store(true, std::memory_order_release);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  static constexpr std::uint64_t depth = 256;
+
+  void run(proxy_thread* owner, idle_policy idle) {
+    std::uint64_t t = 0, empty = 0;
+    for (;;) {
+      if (t == head_.load(std::memory_order_acquire)) {
+        if (stop_.load(std::memory_order_acquire) && t == head_.load(std::memory_order_acquire)) return;
+        if (++empty >= idle.spin_polls && idle.kind != idle_policy::spin) std::this_thread::yield();
+        continue;
+      }
+      empty = 0;
+      const job& j = ring_[t % depth];
+      if (j.bytes) {
+        const std::uint64_t t0 = detail::now_ns();
+        std::memcpy(j.dst, j.src, j.bytes);
+        owner->count_copy_ns(detail::now_ns() - t0);
+      }
+      detail::store_release(j.flag, j.value);
+      tail_.store(++t, std::memory_order_release);
+    }
+  }
+
+  std::unique_ptr<job[]> ring_{new job[depth]};
+  alignas(64) std::atomic<std::uint64_t> head_{0};
+  alignas(64) std::atomic<std::uint64_t> tail_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 template <class Mapping>
 class basic_loopback_proxy {
@@ -52,6 +126,8 @@ class basic_loopback_proxy {
     }
     boot.barrier();
     handle_ = mem_.handle(boot.rank(), n, layout, opts.timeout_ns);
+    engines_ = std::vector<copy_engine>(copy_engines(n));
+    for (auto& e : engines_) e.start(&proxy_, idle);
     proxy_.start(this, mem_.queue_array(), layout_.max_parts, idle);
   }
 
@@ -61,7 +137,10 @@ class basic_loopback_proxy {
   /// Posts what this rank has already published (its peers may still be waiting for it), then stops and joins
   /// the proxy thread. Returns promptly even when peers are dead: the producer has stopped, so the final drain
   /// is finite.
-  ~basic_loopback_proxy() { proxy_.stop(); }
+  ~basic_loopback_proxy() {
+    proxy_.stop();
+    for (auto& e : engines_) e.stop();  // after the proxy's final drain: what it handed them is carried out
+  }
 
   handle_type handle() const { return handle_; }
 
@@ -91,12 +170,34 @@ class basic_loopback_proxy {
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
     proxy_.count_writes(e.bytes ? 2 : 1);  // before the flag, like posts: a peer that saw it finds them counted
     proxy_.count_bytes(e.bytes);
+    if (!engines_.empty()) {
+      engines_[static_cast<std::size_t>(peer) % engines_.size()].push(
+          {dst + at, mem_.staging.get() + at, e.bytes, reinterpret_cast<std::uint64_t*>(dst) + e.flag_index, e.flag_value});
+      return;
+    }
     if (e.bytes) {
       const std::uint64_t t0 = detail::now_ns();
       std::memcpy(dst + at, mem_.staging.get() + at, e.bytes);
       proxy_.count_copy_ns(detail::now_ns() - t0);
     }
     detail::store_release(reinterpret_cast<std::uint64_t*>(dst) + e.flag_index, e.flag_value);
+  }
+
+  /// Copy engines (file header): ROCENANTE_PROXY_COPY_ENGINES, else the memory's default.
+  static std::size_t copy_engines(int n) {
+    const int most = n > 1 ? n - 1 : 0;
+    if (const char* s = std::getenv("ROCENANTE_PROXY_COPY_ENGINES"); s && *s) {
+      char* end = nullptr;
+      const long v = std::strtol(s, &end, 10);
+      if (*end != '\0' || v < 0 || v > most)
+        throw config_error(std::string("ROCENANTE_PROXY_COPY_ENGINES='") + s + "' is not an integer in [0, " +
+                           std::to_string(most) + "] (copy engines of a loopback proxy: at most one per peer)");
+      return static_cast<std::size_t>(v);
+    }
+    if constexpr (requires { Mapping::copy_engines(n); })
+      return static_cast<std::size_t>(Mapping::copy_engines(n));
+    else
+      return 0;
   }
 
   /// Runs before any allocation (member initialiser order).
@@ -110,6 +211,7 @@ class basic_loopback_proxy {
   proxy_memory<Mapping> mem_;
   std::vector<std::shared_ptr<std::byte>> peers_;
   proxy_handle handle_{};
+  std::vector<copy_engine> engines_;  // stopped after the proxy (the destructor's order)
   proxy_thread proxy_;  // last: stopped first (the destructor stops it explicitly anyway)
 };
 
