@@ -23,8 +23,9 @@
 #             the `auto` table (algorithm/auto.hpp), and example 02 at 1 and 8 ranks (time and energy per step)
 #   proxy     proxy mode side by side (cuda_proxy: host-mapped windows, a CPU proxy thread per rank standing in for
 #             the NIC — the DGX Spark path): rocenante-perf, bf16 one_shot, CUDA graph, --ranks N (default 4), 8 KiB to
-#             4 MiB, calls posted once (the default) and posted per part (--call-post-max-bytes 0), in the order
-#             once, per part, once; every row with rank 0's proxy counters per call (doorbells, writes, busy and
+#             4 MiB: calls posted once with the loopback proxy's copy engines (the default), posted once without
+#             them, posted per part without them (--call-post-max-bytes 0: the design before calls were posted
+#             once), posted once again; every row with rank 0's proxy counters per call (doorbells, writes, busy and
 #             copy time). Builds rocenante-perf first (incremental)
 #   python    the Python package with the GPU executor, offline: a venv (build-pyvenv/, --system-site-packages so
 #             that torch is visible) filled from .deps/wheels, `pip install .` with -Dcuda=enabled for --arch, then
@@ -307,16 +308,25 @@ do_perf() {
   return $r
 }
 
-# proxy: calls posted once beside calls posted per part, in one call (A B A against drift)
+# proxy: calls posted once beside calls posted per part, in one call; the loopback proxy with its copy engines (one
+# per peer, the default) and without (every copy in the proxy thread, as before the engines). Order A B C A.
 do_proxy() {
   targets=${targets:-benchmarks/rocenante-perf} do_build || return 1
   need benchmarks/rocenante-perf || return 1
-  local n=$ranks r=0; [ "$n" != 0 ] || n=4
+  local n=$ranks r=0 name; [ "$n" != 0 ] || n=4
   local sweep=(--transport cuda_proxy --ranks "$n" -d bfloat16 --algo one_shot -b 8K -e 4M -f 2 -w 5 -n 20 -G 10)
-  perf "proxy-r$n-once" "${sweep[@]}" || r=1
-  perf "proxy-r$n-per_part" "${sweep[@]}" --call-post-max-bytes 0 || r=1
-  perf "proxy-r$n-once-again" "${sweep[@]}" || r=1
-  grep -hE '^ +[0-9]+ .*one_shot|proxy of rank 0' "$out/proxy-r$n-once.log" "$out/proxy-r$n-per_part.log" | tee -a "$S" >/dev/null
+  # pstep NAME ENGINES [more rocenante-perf arguments]
+  pstep() {
+    name=$1; local engines=$2; shift 2
+    step "$name" 150 env ROCENANTE_PROXY_COPY_ENGINES="$engines" "$B/benchmarks/rocenante-perf" "${sweep[@]}" "$@" -J "$out/$name.json"
+  }
+  pstep "proxy-r$n-once" $((n - 1)) || r=1
+  pstep "proxy-r$n-once-no_engines" 0 || r=1
+  pstep "proxy-r$n-per_part-no_engines" 0 --call-post-max-bytes 0 || r=1
+  pstep "proxy-r$n-once-again" $((n - 1)) || r=1
+  local f; for f in once once-no_engines per_part-no_engines; do
+    say "--- proxy-r$n-$f"; grep -hE '^ +[0-9]+ .*one_shot|proxy of rank 0' "$out/proxy-r$n-$f.log" | tee -a "$S" >/dev/null
+  done
   return $r
 }
 
