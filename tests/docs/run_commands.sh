@@ -93,7 +93,7 @@ run 'README.md' 'tools/quickstart perf --collective all_gather -J receipt.json'
 python3 -c 'import json, sys; r = json.load(open("receipt.json")); sys.exit(0 if "all_gather" in json.dumps(r) else 1)' ||
   fail "receipt.json is not a JSON receipt of all_gather"
 printf '     checked: receipt.json is JSON and names all_gather\n'
-run 'README.md docs/python.md' 'python3 -m venv .venv && .venv/bin/pip install .'
+run 'README.md docs/python.md' 'python3 -m venv --upgrade-deps .venv && .venv/bin/pip install .'
 .venv/bin/python -c 'import rocenante, ml_dtypes; print(rocenante.__file__)' >"$out" 2>&1 || { cat "$out"; fail "import rocenante, ml_dtypes"; }
 printf '     checked: the venv imports rocenante and ml_dtypes\n'
 
