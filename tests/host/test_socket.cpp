@@ -235,7 +235,7 @@ TEST_SUITE("host.socket.failure") {
       auto hd = s->handle();
       auto wait_for = [&](std::uint64_t idx, std::uint64_t want) {
         stopwatch w;
-        while (detail::load_acquire(hd.local_flag(idx)) != want && w.seconds() < 2.0)
+        while (detail::load_acquire(hd.local_flag(idx)) != want && w.seconds() < 10.0)
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         return detail::load_acquire(hd.local_flag(idx)) == want;
       };
@@ -257,20 +257,38 @@ TEST_SUITE("host.socket.failure") {
       }
       boot.barrier();
       if (r == 0) {
-        // The close is seen within a poll round (50 ms); the delivered words arrived before it (TCP keeps order).
+        // Waits (bounded, for a loaded machine) until the words expected in `slot` are there, then a little longer,
+        // so that a word written where none is expected would be seen too; returns every word of the window.
+        auto settle = [&](std::uint32_t slot, std::uint32_t seq, const std::vector<std::pair<std::uint32_t, std::uint32_t>>& expected) {
+          stopwatch w;
+          auto all_there = [&] {
+            for (auto [part, ch] : expected)
+              if (detail::load_acquire(hd.local_flag(layout.flag_index(slot, part, ch))) != abort_of(seq)) return false;
+            return true;
+          };
+          while (!all_there() && w.seconds() < 10.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a round of the receiver is 50 ms at most
+          std::vector<std::uint64_t> got(layout.flag_count());
+          for (std::uint64_t i = 0; i < layout.flag_count(); ++i) got[i] = detail::load_acquire(hd.local_flag(i));
+          return got;
+        };
+        // The close is seen within a receiver round; the delivered words arrived before it (TCP keeps order).
         stopwatch w;
-        while (!contains(s->failure_message(), "closed its connection") && w.seconds() < 2.0)
+        while (!contains(s->failure_message(), "closed its connection") && w.seconds() < 10.0)
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // anything it would write, it has written
+        words = settle(1, 5, c.aborted);
         note = s->failure_message();
-        for (std::uint64_t i = 0; i < layout.flag_count(); ++i) words[i] = detail::load_acquire(hd.local_flag(i));
-        // A collective that begins after the close: its first descriptor makes the receiver look again.
+        // A collective that begins after the close: its first descriptor, once the proxy takes it, makes the
+        // receiver look again.
         REQUIRE(hd.signal(other_rank, 0, 0, 0, layout.flag_index(0, 0, 0), protocol::make_flag(6, sig)));
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        for (std::uint64_t i = 0; i < layout.flag_count(); ++i) next_words[i] = detail::load_acquire(hd.local_flag(i));
+        next_words = settle(0, 6, c.aborted_next);
       } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(400));
-        // The other rank posted nothing: no collective of its own to abort, whatever closed.
+        // The other rank posted nothing: no collective of its own to abort, whatever closed. Looked at once its
+        // receiver has seen the close, and a while after.
+        stopwatch w;
+        while (!contains(s->failure_message(), "closed its connection") && w.seconds() < 10.0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
         for (std::uint64_t i = 0; i < layout.flag_count(); ++i) other[i] = detail::load_acquire(hd.local_flag(i));
       }
       boot.barrier();
