@@ -33,7 +33,7 @@ TAGS = {
     "rdma": "needs an RDMA device or the Soft-RoCE VM (.ci/run's softroce phase runs the softroce suite)",
     "cluster": "needs several nodes, Slurm or mpirun across hosts",
     "root": "installs Debian packages (root); tools/quickstart installs the same packages on every CI run",
-    "form": "a form with a placeholder (PROG, SCRIPT, OUT, RECEIPT, <...>), not a command; run_commands.sh runs the "
+    "form": "a form with a placeholder (PROG, SCRIPT, script.py, OUT, RECEIPT, <...>), not a command; run_commands.sh runs the "
             "shell-loop forms with a real program",
     "mention": "a program named in prose, not a command to run",
     "fix-elsewhere": "does not run as written on a fresh machine; its document is being changed by another line of "
@@ -175,7 +175,7 @@ def check():
         if tag == "fix-elsewhere":
             print(f"does not run as written (fix-elsewhere): {rel}: {cmd}")
     for p in problems:
-        print(p)
+        print(p, file=sys.stderr)
     return 1 if problems else 0
 
 
