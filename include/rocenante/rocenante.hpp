@@ -1,8 +1,13 @@
-// rocenante.hpp — umbrella header: everything that needs neither a GPU nor an RDMA stack.
-// RDMA: include <rocenante/transport/ibverbs/ibverbs.hpp> (rdma-core headers at build time, libibverbs loaded at
-// run time) and, to launch ranks with mpirun, <rocenante/bootstrap/mpi.hpp> (mpi.h). See docs/operations.md.
-// Start-up transport selection (ibverbs or loopback, voted by every rank): <rocenante/host/select.hpp>; NCCL (GPU,
-// libnccl loaded at run time): <rocenante/transport/nccl.hpp>. Environment variables: docs/environment.md.
+// rocenante.hpp — umbrella header: everything that needs neither a GPU nor an RDMA stack at build time: the host
+// executor (host::communicator, host::spawn_ranks), the start-up selection across processes
+// (host::selected_communicator: ibverbs where RDMA works, else the socket transport transport::socket), the
+// bootstraps in_process and tcp (bootstrap::tcp::from_env: torchrun, srun, Open MPI or ROCENANTE_* variables), the
+// loopback transports, the algorithms and reductions (NVFP4 included), options, errors and logging.
+// Not included: <rocenante/gpu/select.hpp> (gpu::selected_communicator; CUDA sources, nvcc),
+// <rocenante/bootstrap/mpi.hpp> (mpi.h), <rocenante/transport/nccl.hpp> (GPU; libnccl loaded at run time).
+// host::selected_communicator compiles the ibverbs transport in when the rdma-core headers are installed
+// (<infiniband/verbs.h>; libibverbs is loaded at run time) and works without them (socket and loopback only);
+// see docs/operations.md. Environment variables: docs/environment.md.
 #pragma once
 
 #include "algorithm/auto.hpp"
@@ -11,6 +16,7 @@
 #include "algorithm/ring.hpp"
 #include "bootstrap/concepts.hpp"
 #include "bootstrap/in_process.hpp"
+#include "bootstrap/tcp.hpp"
 #include "config.hpp"
 #include "core/env.hpp"
 #include "core/error.hpp"
@@ -19,9 +25,11 @@
 #include "core/status.hpp"
 #include "host/communicator.hpp"
 #include "host/nvfp4.hpp"
+#include "host/select.hpp"
 #include "host/spawn.hpp"
 #include "reduce/nvfp4.hpp"
 #include "reduce/nvfp4_sum.hpp"
 #include "reduce/sum.hpp"
 #include "transport/loopback.hpp"
 #include "transport/loopback_proxy.hpp"
+#include "transport/socket.hpp"

@@ -15,6 +15,7 @@ same element counts; the rules are those of the C++ API (docs/python.md).
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Callable, Optional
 
@@ -141,13 +142,38 @@ def _stream_of(x: Any, device: int) -> int:
     return 0
 
 
+_TIMEOUT_FIELD = re.compile(r"field 'timeout_ns' is (\d+) on rank (\d+) but (\d+) on rank (\d+)")
+_SEQUENCE = re.compile(r"\bsequence (\d+)")
+
+
+def _py_text(message: str, first_call_sequence: Optional[int] = None) -> str:
+    """A library message in this package's terms: the C++ option capacity_bytes is max_bytes here, timeout_ns (in
+    ns) is timeout (in s); and, given the communicator's first_call_sequence, "sequence N" becomes "call K", K
+    counting this communicator's collective calls from 1 (set-up runs collectives of its own, so the first call's
+    sequence number is not 1). A sequence from before the first call (set-up's) is left as it is."""
+    message = _TIMEOUT_FIELD.sub(lambda m: f"field 'timeout' is {int(m[1]) / 1e9:g} s on rank {m[2]} but "
+                                 f"{int(m[3]) / 1e9:g} s on rank {m[4]}", message)
+    message = message.replace("options::capacity_bytes", "max_bytes").replace("capacity_bytes", "max_bytes")
+    message = message.replace("options::timeout_ns", "timeout")
+    if first_call_sequence is not None:
+        def call(m):
+            k = (int(m[1]) - first_call_sequence) % (1 << 32)
+            return f"call {k + 1}" if k < (1 << 31) else m[0]
+        message = _SEQUENCE.sub(call, message)
+    return message
+
+
 def _build(rank: Optional[int], make: Callable[[], Any]):
-    """Runs a collective set-up; an error message that names no rank gets this rank's name in front."""
+    """Runs a collective set-up; the error message in this package's terms (_py_text), with this rank's name in
+    front when it names no rank."""
     try:
         return make()
     except Error as e:
-        if rank is not None and "rank" not in str(e):
-            raise type(e)(f"rocenante rank {rank}: {e}") from None
+        text = _py_text(str(e))
+        if rank is not None and "rank" not in text:
+            text = f"rocenante rank {rank}: {text}"
+        if text != str(e):
+            raise type(e)(text) from None
         raise
 
 
@@ -170,6 +196,10 @@ class Communicator:
 
     def __init__(self, impl: Any):
         self._c = impl
+        self._first_call = impl.first_call_sequence
+
+    def _text(self, message: str) -> str:
+        return _py_text(message, self._first_call)
 
     # -- construction ------------------------------------------------------------------------------------------
     @staticmethod
@@ -246,7 +276,7 @@ class Communicator:
     def _raise_if_failed(self, result) -> None:
         status, message = result
         if status != "ok":
-            err = CollectiveError(message or f"rocenante rank {self.rank}: collective failed ({status})")
+            err = CollectiveError(self._text(message) or f"rocenante rank {self.rank}: collective failed ({status})")
             err.status = status
             raise err
 
@@ -304,7 +334,7 @@ class Communicator:
         if collective not in ("all_reduce", "all_gather"):
             raise ValueError(f"collective must be 'all_reduce' or 'all_gather', got {collective!r}")
         xv, as_dtype = _bf16_view(x)
-        return self._c.refusal(xv, str(algo), collective, as_dtype)
+        return self._text(self._c.refusal(xv, str(algo), collective, as_dtype))
 
     def _stream(self, x: Any, stream: Any) -> Optional[int]:
         """The call's stream as an int (0 for the host executor); None when the call was refused here (never: a
@@ -328,13 +358,15 @@ class Communicator:
 
     # -- state ---------------------------------------------------------------------------------------------------
     def health(self) -> Health:
-        """This rank's health without waiting for anything: ok, or the first failure naming the peer and sequence."""
-        return Health(*self._c.health())
+        """This rank's health without waiting for anything: ok, or the first failure naming the peer and the call
+        (calls counted from 1, the first collective after construction)."""
+        ok, state, message = self._c.health()
+        return Health(ok, state, self._text(message))
 
     @property
     def last_error(self) -> str:
         """Message of the last failed call on this rank (empty if none)."""
-        return self._c.last_error
+        return self._text(self._c.last_error)
 
     @property
     def failures(self) -> int:
@@ -349,7 +381,9 @@ class Communicator:
 
     @property
     def decision(self) -> str:
-        """The start-up decision, identical on every rank: the transport chosen and why (the start-up log line)."""
+        """The start-up decision, identical on every rank, as the start-up log line states it: the transport chosen
+        and why, the connectivity found, and the algorithm of calls that name none (with auto: up to which size
+        one_shot runs)."""
         return self._c.decision
 
     @property

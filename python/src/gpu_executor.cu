@@ -43,7 +43,7 @@ class gpu_selected final : public gpu_executor {
     o.capacity_bytes = s.capacity_bytes;
     o.timeout_ns = s.timeout_ns;
     comm_ = std::make_unique<gpu::selected_communicator>(boot_, o, sc);
-    decision_ = comm_->selected().summary();
+    decision_ = comm_->decision();
   }
 
   status all_reduce(const void* in, void* out, std::size_t count, dtype t, std::optional<algorithm::algo> a,
@@ -83,6 +83,7 @@ class gpu_selected final : public gpu_executor {
   std::string last_error() const override { return last_error_; }
   std::uint64_t failures() const override { return comm_->failures(); }
   std::string decision() const override { return decision_; }
+  std::uint32_t first_call_sequence() const override { return comm_->first_call_sequence(); }
   std::string transport() const override { return host::to_string(comm_->transport()); }
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }

@@ -38,8 +38,10 @@ class gpu_executor {
   virtual host::health check_health() const = 0;
   virtual std::string last_error() const = 0;
   virtual std::uint64_t failures() const = 0;
-  /// The start-up decision (identical on every rank) and the transport chosen.
+  /// The start-up decision (identical on every rank: the start-up log line) and the transport chosen.
   virtual std::string decision() const = 0;
+  /// The sequence number of the first collective called after set-up (selected_base::first_call_sequence).
+  virtual std::uint32_t first_call_sequence() const = 0;
   virtual std::string transport() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;

@@ -359,6 +359,7 @@ class communicator {
     return comm_ ? comm_->failures() : 0;
   }
   std::string decision() const { return decision_; }
+  std::uint32_t first_call_sequence() const { return first_call_seq_; }
   std::string transport() const { return transport_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -410,6 +411,7 @@ class communicator {
       rank_ = gpu_->rank();
       size_ = gpu_->size();
       decision_ = gpu_->decision();
+      first_call_seq_ = gpu_->first_call_sequence();
       transport_ = gpu_->transport();
       where_ = {true, gpu_->device()};
       return;
@@ -424,7 +426,8 @@ class communicator {
     }, boot_);
     rank_ = comm_->rank();
     size_ = comm_->size();
-    decision_ = comm_->selected().summary();
+    decision_ = comm_->decision();
+    first_call_seq_ = comm_->first_call_sequence();
     transport_ = rc::host::to_string(comm_->transport());
   }
 
@@ -513,6 +516,7 @@ class communicator {
 #endif
   placement where_;
   std::string decision_, transport_;
+  std::uint32_t first_call_seq_ = 1;
   int rank_ = 0, size_ = 0;
 };
 
@@ -568,6 +572,7 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("last_error", &communicator::last_error)
       .def_prop_ro("failures", &communicator::failures)
       .def_prop_ro("decision", &communicator::decision)
+      .def_prop_ro("first_call_sequence", &communicator::first_call_sequence)
       .def_prop_ro("transport", &communicator::transport)
       .def_prop_ro("rank", &communicator::rank)
       .def_prop_ro("size", &communicator::size)

@@ -22,7 +22,7 @@ def expect_refusal_everywhere(results, bad_rank, own_words):
 
 
 @pytest.mark.parametrize("case, words", [
-    ("too_big", "exceeds capacity_bytes 4096"),
+    ("too_big", "exceeds max_bytes 4096; raise max_bytes on every rank"),
     ("int32", "has dtype int32; rocenante reduces float32, float16 and bfloat16"),
     ("strided", "is not C-contiguous"),
     ("empty", "count is zero"),
@@ -110,7 +110,7 @@ def test_accepts_is_false_without_poisoning_and_the_next_call_runs():
 
     for answers, reasons, gather_ring, fits, x in run_ranks(2, body, max_bytes=MAX):
         assert answers == {k: False for k in answers}
-        assert "exceeds capacity_bytes 4096" in reasons["too_big"]
+        assert "exceeds max_bytes 4096" in reasons["too_big"]
         assert "dtype float64" in reasons["float64"]
         assert gather_ring == "all_gather runs one_shot only"
         assert fits is True
@@ -141,7 +141,35 @@ def test_set_up_with_different_options_fails_on_every_rank_naming_the_field():
     for e in _set_up_errors(max_bytes=(4096, 8192)):
         # The start-up vote reports a set-up that failed on some rank as "no transport usable", with each rank's reason.
         assert isinstance(e, rocenante.TransportError) and isinstance(e, rocenante.Error), repr(e)
-        assert "field 'capacity_bytes' is 4096 on rank 0 but 8192 on rank 1" in str(e)
+        assert "field 'max_bytes' is 4096 on rank 0 but 8192 on rank 1" in str(e)
+        assert "capacity_bytes" not in str(e)  # the C++ name of max_bytes
+
+
+def test_set_up_with_different_timeouts_names_the_python_option_in_seconds():
+    for e in _set_up_errors(timeout=(1.0, 2.5)):
+        assert isinstance(e, rocenante.Error), repr(e)
+        assert "field 'timeout' is 1 s on rank 0 but 2.5 s on rank 1" in str(e)
+
+
+def test_messages_count_calls_from_the_first_one_and_never_show_set_up_sequences():
+    """Set-up runs collectives of its own; messages number this communicator's calls from 1."""
+
+    def body(comm):
+        x = np.ones(8, np.float32) if comm.rank != 1 else np.ones(8, np.int32)  # rank 1 refuses its first call
+        try:
+            comm.all_reduce(x)
+        except rocenante.CollectiveError as e:
+            return str(e), comm.health().message, comm.last_error
+        return None
+
+    for r, got in enumerate(run_ranks(3, body, max_bytes=MAX)):
+        assert got is not None, f"rank {r} did not raise"
+        raised, health, last = got
+        assert "call 1 " in health, f"rank {r}: {health}"  # every rank's health names the call
+        if r != 1:  # the peers' errors name rank 1 and the call; rank 1's own is the reason it refused
+            assert "rank 1 refused the collective at call 1 " in raised, f"rank {r}: {raised}"
+        for text in got:
+            assert "sequence" not in text, f"rank {r}: {text}"
 
 
 def test_bad_option_value_is_a_config_error():

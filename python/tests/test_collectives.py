@@ -122,6 +122,8 @@ def test_decision_health_and_close():
 
     res = no_errors(run_ranks(2, body))
     assert res[0] == res[1] and res[0].startswith("transport loopback")
+    # the start-up log line's algorithm clause: which algorithm a call with algo="auto" runs, up to which size
+    assert "; algorithm auto (" in res[0] and "one_shot up to " in res[0], res[0]
 
     world = rocenante.World(1)
     comm = rocenante.Communicator.in_process(world, 0)

@@ -435,6 +435,23 @@ TEST_SUITE("host.flags") {
     CHECK(rtest::contains(third, "rank 2: rank 0 entered a different collective at sequence 9 than rank 1"));
   }
 
+  TEST_CASE("a timeout abort with no reporter (a transport's own) says a connection ended, not that a wait timed out") {
+    protocol::failure_record f{};
+    f.kind = static_cast<std::uint32_t>(protocol::failure_kind::timeout);
+    f.relayed = 1;
+    f.peer = 0;
+    f.seq = 52;
+    f.reporter = -1;
+    const std::string local = host::describe_failure(2, f);
+    CAPTURE(local);
+    CHECK(rtest::contains(local, "rank 2: rank 0 missed sequence 52 (a transport saw its connection to rank 0 end"));
+    CHECK_FALSE(rtest::contains(local, "timed out"));
+    f.reporter = 1;  // relayed from rank 1, whose wait timed out
+    const std::string relayed = host::describe_failure(2, f);
+    CAPTURE(relayed);
+    CHECK(rtest::contains(relayed, "rank 2: rank 0 missed sequence 52 (a peer's wait for it timed out"));
+  }
+
   TEST_CASE("status and dtype names are printable") {
     for (status s : {status::ok, status::invalid_argument, status::poisoned, status::timeout, status::mismatch,
                      status::not_supported, status::internal})

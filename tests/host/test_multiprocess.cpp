@@ -132,18 +132,28 @@ int rank_collectives() {
   return 0;
 }
 
-/// Rank 2 kills itself with SIGKILL after 50 collectives; the others report it by name within timeout + 1 s.
+/// Rank TEST_KILL_RANK (default 2) kills itself with SIGKILL after 50 collectives (one_shot, or ring with
+/// TEST_ALGO=ring); the others report it by name and print how long they waited (since their last good call).
 int rank_kill() {
   bootstrap::tcp boot = bootstrap::tcp::from_env();
   options o;
   o.capacity_bytes = 16 * 1024;
   host::selected_communicator c(boot, o);  // ROCENANTE_TIMEOUT_MS from the parent sets the bound
+  const char* victim_var = std::getenv("TEST_KILL_RANK");
+  const int victim = victim_var ? std::atoi(victim_var) : 2;
+  const char* algo_var = std::getenv("TEST_ALGO");
+  const bool ring = algo_var && std::string(algo_var) == "ring";
   std::vector<float> in(1024, 1.0f), out(1024);
   auto last_ok = std::chrono::steady_clock::now();
   for (int k = 0;; ++k) {
-    if (c.rank() == 2 && k == 50) ::raise(SIGKILL);
-    const status st = c.all_reduce(in.data(), out.data(), in.size(), algorithm::one_shot{});
+    if (c.rank() == victim && k == 50) {
+      std::printf("killed_ns=%lld\n", monotonic_ns());  // line-buffered: out before the signal
+      ::raise(SIGKILL);
+    }
+    const status st = ring ? c.all_reduce(in.data(), out.data(), in.size(), algorithm::ring{})
+                           : c.all_reduce(in.data(), out.data(), in.size(), algorithm::one_shot{});
     if (st != status::ok) {
+      std::printf("failed_ns=%lld\n", monotonic_ns());
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
       const host::health h = c.check_health();
       const bool poisoned_out = std::isnan(out[0]) && std::isnan(out[out.size() - 1]);
@@ -447,6 +457,50 @@ TEST_SUITE("host.multiprocess.collectives") {
       CHECK(rs[r].value("out_nan") == "1");   // its output is the poison value, not the previous call's sum
       CHECK(std::stod(rs[r].value("waited").empty() ? "99" : rs[r].value("waited")) < 2.0 + 1.0);
     }
+  }
+
+  TEST_CASE("socket transport, 4 processes: rank 0 killed with SIGKILL, every survivor fails within 1 s, 20 of 20 runs") {
+    // The survivors' sockets to rank 0 close when it dies; a survivor that only waits for rank 0 (ring: rank 1), or
+    // whose last frame to it went out before the close was seen, must learn it from the close, not from its
+    // 10 s timeout. Measured from rank 0's kill (its last line, printed just before the signal) to each survivor's
+    // failed call returning, on one clock (CLOCK_MONOTONIC); a survivor's wait since its last good call also
+    // counts the time rank 0 took to reach its kill, which a loaded machine can stretch. Runs alternate one_shot and
+    // ring; the first run with a slow survivor ends the test.
+    constexpr int runs = 20;
+    int fast = 0;
+    std::vector<double> worst(runs, 0);
+    for (int run = 0; run < runs; ++run) {
+      const char* algo = run % 2 ? "ring" : "one_shot";
+      const auto rs = run_world("kill", 4, 4,
+                                {{"ROCENANTE_TIMEOUT_MS", "10000"}, {"ROCENANTE_TRANSPORT", "socket"},
+                                 {"TEST_KILL_RANK", "0"}, {"TEST_ALGO", algo}},
+                                {}, std::chrono::seconds(60));
+      CAPTURE(run);
+      CAPTURE(algo);
+      INFO(all_output(rs));
+      REQUIRE(rs.size() == 4);
+      CHECK(rs[0].signal == SIGKILL);
+      bool ok = true;
+      const std::string killed = rs[0].value("killed_ns");
+      REQUIRE(!killed.empty());
+      for (int r : {1, 2, 3}) {
+        CAPTURE(r);
+        const std::string failed = rs[r].value("failed_ns");
+        const double after_kill = failed.empty() ? 99.0 : static_cast<double>(std::stoll(failed) - std::stoll(killed)) / 1e9;
+        worst[run] = std::max(worst[run], after_kill);
+        CHECK(rs[r].exit_code == 0);
+        CHECK(rs[r].value("health").find("rank 0") != std::string::npos);
+        CHECK(rs[r].value("out_nan") == "1");
+        CHECK(after_kill < 1.0);
+        ok = ok && rs[r].exit_code == 0 && after_kill < 1.0;
+      }
+      if (!ok) break;
+      ++fast;
+    }
+    std::string times;
+    for (int run = 0; run < fast; ++run) times += (run ? " " : "") + std::to_string(worst[run]).substr(0, 5);
+    MESSAGE("slowest survivor per run, seconds from rank 0's kill to its failed call: " << times);
+    CHECK(fast == runs);
   }
 }
 

@@ -2,7 +2,8 @@
 // over 127.0.0.1 (ROCENANTE_SOCKET_IFNAME unset: every rank in one network namespace): agreement with the exact
 // reference for one_shot and ring, all-reduce and all-gather, fp32 and bf16, counts {1, 7, 16, 4099, capacity}
 // (reference_case.hpp: bit-exact to the documented order, byte-identical across ranks, guards intact); a peer
-// that closes its connections, and one that never connects, reported naming it within the bound; configuration
+// that closes its connections, and one that never connects, reported naming it within the bound; the abort words
+// a closed connection leaves (only where the closed peer still owed a word of the current collective); configuration
 // mismatches and bad connection cards and frames refused naming the rank; and start-up selection with
 // ROCENANTE_TRANSPORT=socket.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -204,6 +205,140 @@ TEST_SUITE("host.socket.failure") {
       CHECK(protocol::is_abort(protocol::flag_signature(abort_word[r])));
       CHECK(protocol::abort_rank(protocol::flag_signature(abort_word[r])) == 2);
       CHECK(protocol::flag_seq(abort_word[r]) == 7);
+    }
+  }
+
+  // What the receiver writes into its own rank's flags when a peer's connection ends (socket.hpp,
+  // peer_closed_aborts), read straight from the window: 3 ranks as threads on the bare transport, descriptors
+  // posted by hand. Rank 0 has posted a descriptor of sequence 5 (slot 1) of `algo`; rank `closer` posts the words
+  // in `delivered` (part, channel) to rank 0 and then destroys its transport. Rank 0's window then holds, in slot 1:
+  // the delivered words unchanged, abort words naming `closer` exactly at the indices in `aborted`, and nothing
+  // anywhere else; then rank 0 posts a descriptor of sequence 6 (slot 0), a collective that begins after the close.
+  struct closed_peer_case {
+    algorithm::algo algo;
+    int closer;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> delivered, aborted, aborted_next;
+  };
+  void check_closed_peer(const closed_peer_case& c) {
+    constexpr int n = 3;
+    const protocol::window_layout layout = small_layout(n);  // 2 parts, 4 channels (ring: 2 (n - 1))
+    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                       static_cast<std::uint32_t>(c.algo), 1, 0, 100);
+    const auto abort_of = [&](std::uint32_t seq) {
+      return protocol::make_flag(seq, protocol::abort_signature(
+                                          static_cast<std::uint32_t>(protocol::failure_kind::timeout), c.closer));
+    };
+    options o;
+    o.timeout_ns = 2'000'000'000ull;
+    std::vector<std::uint64_t> words(layout.flag_count(), 0), next_words(layout.flag_count(), 0), other(layout.flag_count(), 0);
+    std::string note;
+    host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+      const int r = boot.rank();
+      auto s = std::make_unique<transport::socket>(boot, layout, o, transport::socket_config{});
+      auto hd = s->handle();
+      auto wait_for = [&](std::uint64_t idx, std::uint64_t want) {
+        stopwatch w;
+        while (detail::load_acquire(hd.local_flag(idx)) != want && w.seconds() < 10.0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return detail::load_acquire(hd.local_flag(idx)) == want;
+      };
+      const int other_rank = 3 - c.closer;  // the rank that is neither 0 nor the closer
+      if (r == 0) {  // this rank's current collective: sequence 5, a descriptor to the other rank taken and sent
+        REQUIRE(hd.signal(other_rank, 1, 0, 0, layout.flag_index(1, 0, 0), protocol::make_flag(5, sig)));
+      } else if (r == other_rank) {
+        CHECK(wait_for(layout.flag_index(1, 0, 0), protocol::make_flag(5, sig)));
+      } else {
+        for (auto [part, ch] : c.delivered)
+          REQUIRE(hd.signal(0, 1, 0, 0, layout.flag_index(1, part, ch), protocol::make_flag(5, sig)));
+      }
+      boot.barrier();  // rank 0's descriptor is taken (the other rank received it)
+      if (r == c.closer) {
+        s.reset();  // sends what it posted, then closes its connections
+        boot.barrier();
+        boot.barrier();
+        return;
+      }
+      boot.barrier();
+      if (r == 0) {
+        // Waits (bounded, for a loaded machine) until the words expected in `slot` are there, then a little longer,
+        // so that a word written where none is expected would be seen too; returns every word of the window.
+        auto settle = [&](std::uint32_t slot, std::uint32_t seq, const std::vector<std::pair<std::uint32_t, std::uint32_t>>& expected) {
+          stopwatch w;
+          auto all_there = [&] {
+            for (auto [part, ch] : expected)
+              if (detail::load_acquire(hd.local_flag(layout.flag_index(slot, part, ch))) != abort_of(seq)) return false;
+            return true;
+          };
+          while (!all_there() && w.seconds() < 10.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a round of the receiver is 50 ms at most
+          std::vector<std::uint64_t> got(layout.flag_count());
+          for (std::uint64_t i = 0; i < layout.flag_count(); ++i) got[i] = detail::load_acquire(hd.local_flag(i));
+          return got;
+        };
+        // The close is seen within a receiver round; the delivered words arrived before it (TCP keeps order).
+        stopwatch w;
+        while (!contains(s->failure_message(), "closed its connection") && w.seconds() < 10.0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        words = settle(1, 5, c.aborted);
+        note = s->failure_message();
+        // A collective that begins after the close: its first descriptor, once the proxy takes it, makes the
+        // receiver look again.
+        REQUIRE(hd.signal(other_rank, 0, 0, 0, layout.flag_index(0, 0, 0), protocol::make_flag(6, sig)));
+        next_words = settle(0, 6, c.aborted_next);
+      } else {
+        // The other rank posted nothing: no collective of its own to abort, whatever closed. Looked at once its
+        // receiver has seen the close, and a while after.
+        stopwatch w;
+        while (!contains(s->failure_message(), "closed its connection") && w.seconds() < 10.0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        for (std::uint64_t i = 0; i < layout.flag_count(); ++i) other[i] = detail::load_acquire(hd.local_flag(i));
+      }
+      boot.barrier();
+    });
+    INFO(note);
+    CHECK(contains(note, "rank 0: rank " + std::to_string(c.closer) + " closed its connection to this rank"));
+    auto in = [](const std::vector<std::pair<std::uint32_t, std::uint32_t>>& v, std::uint32_t p, std::uint32_t ch) {
+      return std::find(v.begin(), v.end(), std::make_pair(p, ch)) != v.end();
+    };
+    for (std::uint32_t slot = 0; slot < 2; ++slot)
+      for (std::uint32_t p = 0; p < layout.max_parts; ++p)
+        for (std::uint32_t ch = 0; ch < layout.channels; ++ch) {
+          CAPTURE(slot);
+          CAPTURE(p);
+          CAPTURE(ch);
+          const std::uint64_t i = layout.flag_index(slot, p, ch);
+          const std::uint64_t want = slot == 0                ? protocol::flag_unset
+                                     : in(c.delivered, p, ch) ? protocol::make_flag(5, sig)
+                                     : in(c.aborted, p, ch)   ? abort_of(5)
+                                                              : protocol::flag_unset;
+          CHECK(words[i] == want);
+          const std::uint64_t want_next = slot == 1 ? want : in(c.aborted_next, p, ch) ? abort_of(6) : protocol::flag_unset;
+          CHECK(next_words[i] == want_next);
+          // the other rank received rank 0's two descriptors at (slot, 0, 0) and nothing else
+          if (!(p == 0 && ch == 0)) CHECK(other[i] == protocol::flag_unset);
+        }
+  }
+
+  TEST_CASE("a closed peer leaves abort words only where it owed a word of this rank's current collective") {
+    using A = algorithm::algo;
+    SUBCASE("one_shot, the peer delivered part 0 and closed: its other part is aborted, the live peer's channel kept") {
+      check_closed_peer({A::one_shot, 2, {{0, 2}}, {{1, 2}}, {{0, 2}, {1, 2}}});
+    }
+    SUBCASE("one_shot, the peer closed before its word: both parts of its channel aborted") {
+      check_closed_peer({A::one_shot, 1, {}, {{0, 1}, {1, 1}}, {{0, 1}, {1, 1}}});
+    }
+    SUBCASE("ring, the predecessor delivered step 0 and closed: every other word of the slot aborted") {
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> rest, all;
+      for (std::uint32_t p = 0; p < 2; ++p)
+        for (std::uint32_t ch = 0; ch < 4; ++ch) {
+          if (p != 0 || ch != 0) rest.emplace_back(p, ch);
+          all.emplace_back(p, ch);
+        }
+      check_closed_peer({A::ring, 2, {{0, 0}}, rest, all});
+    }
+    SUBCASE("ring, the successor closed: it writes nothing into this rank, so nothing is aborted") {
+      check_closed_peer({A::ring, 1, {}, {}, {}});
     }
   }
 

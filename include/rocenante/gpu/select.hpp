@@ -133,6 +133,7 @@ class selected_communicator : public select_detail::gpu_base {
       for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring}) {
         if (!conn.allows(a) || (a == algorithm::algo::ring && n < 2)) continue;
         if (!cuda(cudaMemsetAsync(dout, 0xff, count * sizeof(float), s), "cudaMemsetAsync")) break;
+        ++setup_calls_;
         status st = a == algorithm::algo::ring ? all_reduce(din, dout, count, s, algorithm::ring{})
                                                : all_reduce(din, dout, count, s, algorithm::one_shot{});
         // Bounded: every wait inside the library's kernels is (nccl's are NCCL's).

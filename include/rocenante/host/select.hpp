@@ -605,8 +605,9 @@ selection settle(bootstrap::bootstrap_ref b, vote_table& t, const select_config&
 }
 
 /// The decision's log line, once per rank (INFO; WARN when some ranks could have used the preferred transport).
-inline void log_decision(const vote_table& t, const selection& sel, int rank, int size) {
-  const bool split = sel.fell_back && sel.failing_ranks().size() < static_cast<std::size_t>(t.ranks);
+/// The decision as the start-up log line states it: selection::summary() and, with more than one rank, the
+/// algorithm clause (which algorithm a call that names none runs, and up to which size).
+inline std::string decision_line(const selection& sel, int size) {
   std::string line = sel.summary();
   if (sel.chosen != transport_kind::none && size > 1) {
     const std::uint64_t lim = algorithm::one_shot_limit(size);
@@ -617,7 +618,12 @@ inline void log_decision(const vote_table& t, const selection& sel, int rank, in
                         " KiB at " + std::to_string(size) + " ranks, ring above)"
                   : " (ring only: one_shot refused by connectivity)";
   }
-  log_line(split ? log_level::warn : log_level::info, t.settings.debug, rank, line);
+  return line;
+}
+
+inline void log_decision(const vote_table& t, const selection& sel, int rank, int size) {
+  const bool split = sel.fell_back && sel.failing_ranks().size() < static_cast<std::size_t>(t.ranks);
+  log_line(split ? log_level::warn : log_level::info, t.settings.debug, rank, decision_line(sel, size));
 }
 
 template <class... Comms>
@@ -628,6 +634,12 @@ class selected_base {
 
   /// The start-up decision, identical on every rank.
   const selection& selected() const { return sel_; }
+  /// The start-up decision as one line, identical on every rank: what the start-up log line says (decision_line).
+  std::string decision() const { return decision_line(sel_, size_); }
+  /// The sequence number of the first collective called after construction: options::first_sequence (after the
+  /// environment's settings) plus the start-up collectives that ran on the communicator that was kept. Identical on
+  /// every rank; messages name sequences, so a binding can count calls from here.
+  std::uint32_t first_call_sequence() const { return first_sequence_ + setup_calls_; }
   transport_kind transport() const { return sel_.chosen; }
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -734,8 +746,14 @@ class selected_base {
     const options o = t.settings.apply(opts);
     rank_ = b.rank();
     size_ = b.size();
+    first_sequence_ = o.first_sequence;
     sel_ = settle(
-        b, t, cfg, [&](transport_kind k) { self.build(b, k, o); }, [&] { comm_ = std::monostate{}; },
+        b, t, cfg,
+        [&](transport_kind k) {
+          setup_calls_ = 0;  // a new candidate starts at first_sequence again
+          self.build(b, k, o);
+        },
+        [&] { comm_ = std::monostate{}; },
         [&](transport_kind) { return built_reachable(); },
         [&](const connectivity_report& conn) { return self.self_test(conn, o); });
     log_decision(t, sel_, rank_, size_);
@@ -762,6 +780,8 @@ class selected_base {
   selection sel_;
   int rank_ = 0, size_ = 1;
   std::string last_error_;
+  std::uint32_t first_sequence_ = 1;
+  std::uint32_t setup_calls_ = 0;  ///< start-up collectives run on comm_ (each self_test call counts one)
 };
 
 namespace select_detail {
@@ -889,6 +909,7 @@ class selected_communicator : public select_detail::host_base {
     for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring}) {
       if (!conn.allows(a) || (a == algorithm::algo::ring && n < 2)) continue;
       std::fill(out.begin(), out.end(), -1.0f);
+      ++setup_calls_;
       const status st = pass([&](auto& c) { return c.all_reduce(in.data(), out.data(), count, dtype::f32, a); });
       if (std::string why = self_test_check(a, st, last_error_, out.data(), count, n); !why.empty()) return why;
     }

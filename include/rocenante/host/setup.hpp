@@ -186,6 +186,15 @@ inline std::string describe_failure(int rank, const protocol::failure_record& f)
                   "rank %d: its peers timed out waiting for it at sequence %u and aborted the collective (this rank "
                   "was stalled or late); the communicator is poisoned and every later call returns status::poisoned",
                   rank, f.seq);
+  } else if (f.relayed && f.reporter < 0) {
+    // An abort word without a detecting rank is written by a transport into its own rank's flags (and relayed
+    // with the reporter kept): a connection to the peer ended or a write to it failed. Nobody waited out a timeout.
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: rank %d missed sequence %u (a transport saw its connection to rank %d end or fail and "
+                  "aborted the wait; the transport's message, below or in the log of the rank that saw it, says "
+                  "how); rank %d is dead, or closed its communicator; the communicator is poisoned and every later "
+                  "call returns status::poisoned",
+                  rank, f.peer, f.seq, f.peer, f.peer);
   } else if (f.relayed) {
     std::snprintf(buf, sizeof buf,
                   "rank %d: rank %d missed sequence %u (a peer's wait for it timed out; relayed by a peer's abort "

@@ -41,11 +41,17 @@
 // failure naming the peer (failure_message()) and writes abort words naming it into this rank's own flags for
 // the sequence being posted and the next one, so the rank's current wait fails at once through the protocol's
 // fail-stop path (as the ibverbs transport does on a completion error). A connection that breaks mid-frame, a
-// recv error or a malformed header is a failure too (the next post then aborts). A peer that closes its
-// connection between frames (a normal teardown, or a killed process) is only marked closed: its peers fail when
-// they next send to it, or through the protocol's bounded wait when they only receive from it. Assumption: a
-// peer that stops reading (SIGSTOP) stalls this rank's proxy once its socket buffers are full, for at most the
-// timeout; then the peer is failed.
+// recv error or a malformed header is a failure too (the next post then aborts).
+// A peer whose connection ends (EOF or an error; a killed process or a normal teardown look the same) is marked
+// closed, and the receiver writes abort words naming it into this rank's own flags wherever a wait of the rank's
+// current collective would otherwise wait for that peer in vain (peer_closed_aborts): that wait ends at once, also
+// on a rank that only receives from the peer, or whose last frame to it was sent before the close was seen. The
+// words go only where the closed peer writes in that collective (its channel, every part; every channel from the
+// ring predecessor) and only into words that do not hold that sequence yet: everything a peer sent before closing
+// arrives before its EOF (TCP keeps order), so a peer that finished the collective has filled every word a wait
+// reads, and a rank still waiting for another peer, or itself finished, is not disturbed. Assumption: a peer that
+// stops reading (SIGSTOP) stalls this rank's proxy once its socket buffers are full, for at most the timeout; then
+// the peer is failed.
 //
 // The host executor's `socket` and the GPU executor's `cuda_socket` (transport/cuda_window.hpp, host-mapped memory:
 // the whole proxy path between processes on a GPU machine without an RDMA device); IPv4 only. Memory per rank: the window and a staging area of
@@ -69,6 +75,7 @@
 #include <thread>
 #include <vector>
 
+#include "../algorithm/concepts.hpp"
 #include "../bootstrap/concepts.hpp"
 #include "../core/env.hpp"
 #include "../core/error.hpp"
@@ -184,9 +191,11 @@ class basic_socket {
   /// True once a send failed, a connection broke mid-frame or a malformed frame arrived; failure_message()
   /// names the peer.
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  /// The failure (failed()); without one, the first peer whose connection ended (what a wait aborted by the
+  /// receiver, see the header, failed for); empty when neither happened.
   std::string failure_message() const {
     std::lock_guard lock(fail_mu_);
-    return failure_;
+    return failed_.load(std::memory_order_relaxed) ? failure_ : closed_note_;
   }
   /// steady_clock time (detail::now_ns) at which the first failure was recorded; 0 when none.
   std::uint64_t failure_time_ns() const {
@@ -292,6 +301,7 @@ class basic_socket {
     reach_.reset(me_, n_);
     closed_ = std::make_unique<std::atomic<bool>[]>(n);
     close_why_.assign(n, std::string());
+    aborted_word_.assign(n, protocol::flag_unset);
     peer_addr_.assign(n, std::string());
     std::vector<std::string> why_out(n), why_in(n);
     if (n_ < 2) return;
@@ -402,6 +412,9 @@ class basic_socket {
     auto* window = mem_.window.get();
     auto* flags = reinterpret_cast<std::uint64_t*>(window);
     while (!rx_stop_.load(std::memory_order_acquire)) {
+      // Peers already closed: abort what this rank's current collective would wait for from them. Checked on every
+      // round (at most 50 ms apart), because the collective may begin after the close was seen.
+      peer_closed_aborts(flags);
       std::vector<pollfd> p;
       std::vector<int> who;
       for (int q = 0; q < n_; ++q)
@@ -416,6 +429,42 @@ class basic_socket {
       if (::poll(p.data(), p.size(), 50) <= 0) continue;
       for (std::size_t i = 0; i < p.size(); ++i)
         if (p[i].revents != 0) receive_from(who[i], window, flags);
+    }
+  }
+
+  /// For every peer whose incoming connection ended: abort words naming it, for this rank's current collective,
+  /// into the flag words that peer writes in it and that do not hold the collective's sequence yet (see the
+  /// header). The current collective is the one of the last descriptor the proxy took (taken_word_): a rank waits
+  /// only after posting that collective's first descriptor, so it is at that sequence or, with its next
+  /// descriptors not yet taken, one later, and then the proxy takes them within a round and this runs again.
+  /// Harmless where no wait comes: a word of this sequence that is not written is one no wait of this
+  /// collective reads, or one the closed peer owed; the slot's older words belong to collectives this rank has
+  /// finished (the two-slot argument, protocol/session.hpp). Receiver thread only: it is the only thread that
+  /// writes frames' flags, so no word of this sequence can arrive between the check and the store.
+  void peer_closed_aborts(std::uint64_t* flags) {
+    if (closed_count_ == 0) return;
+    const std::uint64_t word = taken_word_.load(std::memory_order_acquire);
+    if (word == protocol::flag_unset) return;  // no collective has posted yet
+    const std::uint32_t seq = protocol::flag_seq(word), sig = protocol::flag_signature(word);
+    const std::uint32_t slot = seq & 1u;
+    const bool ring = protocol::signature_algorithm(sig) == static_cast<std::uint32_t>(algorithm::algo::ring);
+    const int prev = (me_ + n_ - 1) % n_;
+    for (int q = 0; q < n_; ++q) {
+      if (q == me_ || !closed_[q].load(std::memory_order_relaxed) || aborted_word_[q] == word) continue;
+      aborted_word_[q] = word;
+      // ring: only the predecessor writes into this rank, every channel (step); the other algorithms: peer q
+      // writes channel q (one_shot, the NVFP4 collectives, all-gather).
+      if (ring && q != prev) continue;
+      const std::uint64_t value = protocol::make_flag(
+          seq, protocol::abort_signature(static_cast<std::uint32_t>(protocol::failure_kind::timeout), q));
+      for (std::uint32_t p = 0; p < layout_.max_parts; ++p)
+        for (std::uint32_t ch = 0; ch < layout_.channels; ++ch) {
+          if (!ring && ch != static_cast<std::uint32_t>(q)) continue;
+          std::uint64_t* f = flags + layout_.flag_index(slot, p, ch);
+          const std::uint64_t seen = detail::load_acquire(f);
+          if (seen != protocol::flag_unset && protocol::flag_seq(seen) == seq) continue;  // arrived (or aborted)
+          detail::store_release(f, value);
+        }
     }
   }
 
@@ -479,7 +528,13 @@ class basic_socket {
     rx_[q].conn.reset();
     close_why_[q] = why;
     closed_[q].store(true, std::memory_order_release);
+    ++closed_count_;
     if (broken) record_failure(q, why);
+    {
+      std::lock_guard lock(fail_mu_);
+      if (closed_note_.empty()) closed_note_ = "rank " + std::to_string(me_) + ": " + why;
+    }
+    peer_closed_aborts(reinterpret_cast<std::uint64_t*>(mem_.window.get()));
   }
 
   // ---- proxy thread ----------------------------------------------------------------------------------------
@@ -547,6 +602,8 @@ class basic_socket {
   void post_one(const post& e) {
     const std::uint32_t seq = protocol::flag_seq(e.flag_value);
     abort_.taken(seq);
+    if (!protocol::is_abort(protocol::flag_signature(e.flag_value)))  // the receiver's peer_closed_aborts
+      taken_word_.store(e.flag_value, std::memory_order_release);
     if (failed()) abort_.publish(mem_.window.get(), layout_, seq, failed_peer_.load(std::memory_order_relaxed));
     if (e.peer != all_peers) return send_to(static_cast<int>(e.peer), e);
     for (int k = 1; k < n_; ++k) send_to((me_ + k) % n_, e);
@@ -612,6 +669,10 @@ class basic_socket {
   std::vector<std::string> peer_addr_;            // [peer]: "ip:port" this rank connected to
   std::unique_ptr<std::atomic<bool>[]> closed_;   // [peer]: incoming connection gone (receiver writes, proxy reads)
   std::vector<std::string> close_why_;            // [peer]: written before closed_ is released
+  std::vector<std::uint64_t> aborted_word_;       // [peer]: taken_word_ peer_closed_aborts last ran for (receiver)
+  int closed_count_ = 0;                          // peers closed (receiver thread only)
+  std::string closed_note_;                       // the first close, for failure_message() (under fail_mu_)
+  std::atomic<std::uint64_t> taken_word_{protocol::flag_unset};  // flag word of the last call descriptor taken
   proxy_handle handle_{};
   mutable std::mutex fail_mu_;
   std::atomic<bool> failed_{false};
