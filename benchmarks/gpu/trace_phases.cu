@@ -118,8 +118,10 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   options o = gpu::default_options();
   o.capacity_bytes = std::max(bytes, capacity);
   o.max_parts = max_parts;
-  // ROCENANTE_BENCH_MIN_PART: input bytes per CTA below which the call is not split further (as in bench_gpu.cu)
+  // ROCENANTE_BENCH_MIN_PART: input bytes per CTA below which the call is not split further (as in bench_gpu.cu);
+  // ROCENANTE_BENCH_CALL_POST_MAX_BYTES: options::call_post_max_bytes (proxy mode; 0: every call posted per part)
   if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("ROCENANTE_BENCH_CALL_POST_MAX_BYTES")) o.call_post_max_bytes = std::strtoull(e, nullptr, 10);
   std::vector<std::unique_ptr<gpu::communicator<Transport>>> comms(n);
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o);
@@ -127,6 +129,8 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   const std::size_t count = bytes / sizeof(bf16);
   for (int r = 0; r < n; ++r) comms[r]->set_programmatic_launch(pdl);
   graph_world w(n, bytes);
+  transport::proxy_stats p0{};
+  if constexpr (requires { comms[0]->transport().stats().writes; }) p0 = comms[0]->transport().stats();
   const double per_coll_us = w.replay(per_graph, replays, [&](int r) {
     if (comms[r]->all_reduce(static_cast<const bf16*>(w.in[r]), static_cast<bf16*>(w.out[r]), count, w.streams[r]) == status::ok)
       return true;
@@ -134,6 +138,8 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
     return false;
   });
   if (per_coll_us < 0) return 1;
+  transport::proxy_stats p1{};
+  if constexpr (requires { comms[0]->transport().stats().writes; }) p1 = comms[0]->transport().stats();
   // phases (medians over ranks x the last 64 collectives, excluding each graph's first collective)
   std::vector<double> d_clk[7], d_ns[7], gap_ns, whole_ns, start_ns, start_gap_ns;
   int clock_khz = 0;
@@ -170,6 +176,17 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
               Transport::name, bytes, n, max_parts, comms[0]->template parts_for<bf16>(count), std::size_t(o.capacity_bytes),
               per_graph, pdl ? "on" : "off");
   std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, per_coll_us);
+  if (p1.posts != p0.posts) {
+    // rank 0's proxy over every collective of the run (the epoch counts them)
+    protocol::rank_state st0;
+    cudaMemcpy(&st0, comms[0]->device_context().state, sizeof st0, cudaMemcpyDeviceToHost);
+    const double calls = double(st0.seq[0] - o.first_sequence);
+    std::printf("  proxy of rank 0, per collective: %.2f doorbells (%.2f whole calls), %.2f writes, busy %.2f us "
+                "(copying %.2f us, summed over its copy engines), call_post_max_bytes %llu\n",
+                double(p1.posts - p0.posts) / calls, double(p1.calls - p0.calls) / calls, double(p1.writes - p0.writes) / calls,
+                double(p1.busy_ns - p0.busy_ns) / 1e3 / calls, double(p1.copy_ns - p0.copy_ns) / 1e3 / calls,
+                static_cast<unsigned long long>(o.call_post_max_bytes));
+  }
   std::printf("  %-28s %10s %10s\n", "phase (part 0, thread 0)", "cycles", "ns (clk)");
   for (int k = 1; k < 7; ++k)
     std::printf("  %-28s %10.0f %10.0f   globaltimer %6.0f ns\n", names[k], median(d_clk[k]),
