@@ -416,14 +416,14 @@ std::string listening_address(const std::string& host, std::string* log) {
     return s;
   };
   std::string bound;
-  std::thread leaf([&] {
+  bootstrap::tcp_config l = c;  // copied before the thread starts: rank 0's config changes below
+  l.rank = 1;
+  std::thread leaf([&bound, &at, l] {
     for (int i = 0; i < 200 && bound.empty(); ++i) {
       if (bootstrap::trust::listener_uid(at(INADDR_LOOPBACK))) bound = "127.0.0.1";
       else if (bootstrap::trust::listener_uid(at(INADDR_ANY))) bound = "every address";
       else std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    bootstrap::tcp_config l = c;
-    l.rank = 1;
     bootstrap::tcp boot(l);
     boot.barrier();
   });
