@@ -1,6 +1,6 @@
 // tests/gpu/test_gpu_nccl.cu — the NCCL transport (transport/nccl.hpp) through the same host API as the GPU
 // executor, with a world of one on one GPU (NCCL puts at most one rank on a GPU), and the start-up selection log
-// on that machine (host/select.hpp, GPU candidates: ibverbs, then nccl).
+// on that machine (gpu/candidates.hpp: cuda_ipc, ibverbs, socket, then nccl).
 // Skips (exit 77, reason printed) without a GPU or without a loadable libnccl: a skip is not a pass.
 // H200: libnccl.so.2 lives in the torch environment; put its folder on LD_LIBRARY_PATH or set ROCENANTE_NCCL_LIB.
 // Exact run (repository root on the H200, .deps/include holding doctest/ as for tools/gpu/final-run.sh; build ~1 min,
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include <rocenante/bootstrap/in_process.hpp>
-#include <rocenante/host/select.hpp>
+#include <rocenante/gpu/candidates.hpp>
 #include <rocenante/transport/nccl.hpp>
 
 #include "../host/common.hpp"
@@ -76,7 +76,7 @@ TEST_SUITE("gpu.nccl") {
     s.debug = log_level::info;
     cfg.settings = s;
     cfg.transport = env::transport_choice::automatic;
-    const host::selection sel = host::select_transport(boot, cfg, host::executor::gpu);
+    const host::selection sel = gpu::select_transport(boot, cfg);
     set_log_sink({});
     REQUIRE(lines.size() == 1);
     // Every rank of this world runs on this node, so auto on the GPU executor puts cuda_ipc first; on a machine
@@ -86,7 +86,8 @@ TEST_SUITE("gpu.nccl") {
     if (sel.chosen == host::transport_kind::cuda_ipc) {
       CHECK_FALSE(sel.fell_back);
     } else {
-      CHECK((sel.chosen == host::transport_kind::ibverbs || sel.chosen == host::transport_kind::nccl));
+      CHECK((sel.chosen == host::transport_kind::ibverbs || sel.chosen == host::transport_kind::socket ||
+             sel.chosen == host::transport_kind::nccl));
       CHECK(sel.fell_back);
       CHECK(lines[0].find("cuda_ipc unusable: rank 0: ") != std::string::npos);
     }

@@ -5,11 +5,14 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <rocenante/gpu/candidates.hpp>
 #include <rocenante/host/select.hpp>
 #include <rocenante/rocenante.hpp>
 
@@ -64,6 +67,12 @@ host::select_config config(env::transport_choice t, env::algo_choice a = env::al
   c.settings = s;
   return c;
 }
+
+/// Sets the process's fault plan (bootstrap/vote.hpp) for the life of the object.
+struct fault_plan {
+  explicit fault_plan(const std::string& spec) { setup::testing::set_faults(spec); }
+  ~fault_plan() { setup::testing::set_faults(""); }
+};
 
 bool this_machine_has_rdma() {
 #if ROCENANTE_HAS_IBVERBS
@@ -252,9 +261,9 @@ TEST_SUITE("host.select.connectivity") {
 
   TEST_CASE("a communicator whose start-up found only neighbours runs ring and refuses one_shot on every rank") {
     captured_log log;
+    fault_plan cut("cut 0-2; cut 1-3");  // a ring of 4
     host::spawn_ranks(4, [](bootstrap::in_process& boot) {
       host::select_config c = config(env::transport_choice::loopback);
-      c.reachable = [me = boot.rank()](transport_kind, int peer) { return (peer - me + 4) % 4 != 2; };  // a ring of 4
       options o;
       o.capacity_bytes = 64 * 1024;
       host::selected_communicator comm(boot, o, c);
@@ -278,9 +287,9 @@ TEST_SUITE("host.select.connectivity") {
 
   TEST_CASE("ring neighbours that cannot reach each other make the transport unusable on every rank") {
     std::vector<std::string> errors(3);
+    fault_plan cut("cut 1-2");
     host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
       host::select_config c = config(env::transport_choice::loopback);
-      c.reachable = [me = boot.rank()](transport_kind, int peer) { return !(me == 1 && peer == 2); };  // 1 -> 2 cut
       try {
         host::selected_communicator comm(boot, options{}, c);
       } catch (const transport_error& e) {
@@ -294,10 +303,10 @@ TEST_SUITE("host.select.connectivity") {
 
   TEST_CASE("ROCENANTE_ALGO=one_shot with only neighbours reachable fails set-up with a clear error") {
     std::string what;
+    fault_plan cut("cut 0-2; cut 1-3");
     try {
       host::spawn_ranks(4, [](bootstrap::in_process& boot) {
         host::select_config c = config(env::transport_choice::loopback, env::algo_choice::one_shot);
-        c.reachable = [me = boot.rank()](transport_kind, int peer) { return (peer - me + 4) % 4 != 2; };
         host::selected_communicator comm(boot, options{}, c);
       });
     } catch (const config_error& e) {
@@ -362,67 +371,35 @@ TEST_SUITE("host.select.vote") {
   }
 
   TEST_CASE("one rank's failed probe makes every rank fall back, and the log names that rank and its reason") {
+    if (this_machine_has_rdma()) {
+      MESSAGE("skipped: this machine has RDMA devices (ibverbs would be chosen before loopback)");
+      return;
+    }
     captured_log log;
+    fault_plan plan("2@probe loopback");  // rank 2's loopback probe fails; no fake device: only that verdict
     std::vector<host::selection> seen(4);
     host::spawn_ranks(4, [&](bootstrap::in_process& boot) {
-      host::select_config c = config(env::transport_choice::automatic);
-      // Every rank but 2 reports ibverbs usable; rank 2 says why not. No fake libibverbs: only the verdict.
-      c.probe_hook = [me = boot.rank()](transport_kind k, host::verdict& v) {
-        if (k != transport_kind::ibverbs) return;
-        v = me == 2 ? host::verdict::make(k, me, host::probe_code::injected, "rxe0 port 1: port is DOWN, not ACTIVE")
-                    : host::verdict::make(k, me, host::probe_code::ok, "rxe0 (injected)");
-      };
-      host::selected_communicator comm(boot, options{}, c);
+      host::selected_communicator comm(boot, options{}, config(env::transport_choice::automatic));
       seen[boot.rank()] = comm.selected();
-      CHECK(comm.transport() == transport_kind::loopback);
+      CHECK(comm.transport() == transport_kind::socket);
       std::vector<float> in(10, 1.0f), out(10);
       REQUIRE(comm.all_reduce(in.data(), out.data(), in.size()) == status::ok);
       CHECK(out[0] == 4.0f);
     });
     for (const auto& s : seen) {
       CHECK(s.preferred == transport_kind::ibverbs);
-      CHECK(s.chosen == transport_kind::loopback);
+      CHECK(s.chosen == transport_kind::socket);
       CHECK(s.fell_back);
-      CHECK(s.failing_ranks() == std::vector<int>{2});
-      CHECK(s.verdicts[2].code_value() == host::probe_code::injected);
-      CHECK(s.verdicts[0].usable());
-      CHECK(s.reason == "ibverbs unusable: rank 2: rxe0 port 1: port is DOWN, not ACTIVE; every rank falls back to "
-                        "loopback together");
+      CHECK(s.split);
+      CHECK(s.reason.find("; then loopback unusable: rank 2: fault injected by the test's fault plan at rank 2's step "
+                          "'probe loopback'; every rank falls back to socket together") != std::string::npos);
       CHECK(s.reason == seen[0].reason);
     }
-    // Some ranks could have used ibverbs: the fallback is a warning, once per rank, naming rank 2 and the reason.
-    const auto lines = log.with("ROCENANTE WARN transport loopback");
+    // Ranks 0, 1 and 3 could have used loopback: the fallback is a warning, once per rank, naming rank 2.
+    const auto lines = log.with("ROCENANTE WARN transport socket");
     REQUIRE(lines.size() == 4);
-    CHECK(lines[0].find("rank 2: rxe0 port 1: port is DOWN, not ACTIVE") != std::string::npos);
+    CHECK(lines[0].find("loopback unusable: rank 2: fault injected") != std::string::npos);
     MESSAGE(lines[0]);
-  }
-
-  TEST_CASE("every probe passing but ibverbs set-up failing: every rank falls back with the set-up error") {
-    if (this_machine_has_rdma()) {
-      MESSAGE("skipped: this machine has RDMA devices (set-up would succeed)");
-      return;
-    }
-#if !ROCENANTE_HAS_IBVERBS
-    MESSAGE("skipped: ibverbs not built into this binary");
-    return;
-#endif
-    std::vector<host::selection> seen(2);
-    host::spawn_ranks(2, [&](bootstrap::in_process& boot) {
-      host::select_config c = config(env::transport_choice::automatic);
-      c.probe_hook = [me = boot.rank()](transport_kind k, host::verdict& v) {
-        if (k == transport_kind::ibverbs) v = host::verdict::make(k, me, host::probe_code::ok, "injected");
-      };
-      host::selected_communicator comm(boot, options{}, c);
-      seen[boot.rank()] = comm.selected();
-    });
-    for (const auto& s : seen) {
-      CHECK(s.chosen == transport_kind::loopback);
-      // The transport's own message, as each rank saw it: every rank names rank 0's set-up failure.
-      CHECK(s.reason.find("ibverbs unusable: rank 0: ibverbs (seen by rank 0): set-up failed on rank 0: ibverbs unavailable") == 0);
-      CHECK(s.reason.find("rank 1: ibverbs (seen by rank 1): set-up failed on rank 0") != std::string::npos);
-      CHECK(s.reason.find("every rank falls back to loopback together") != std::string::npos);
-      CHECK(s.reason == seen[0].reason);
-    }
   }
 
   TEST_CASE("ranks asking for different transports fail set-up on every rank, naming the variable") {
@@ -456,8 +433,8 @@ TEST_SUITE("host.select.vote") {
     });
     ::unsetenv("ROCENANTE_ALGO");
     for (int r = 0; r < 3; ++r)
-      CHECK(errors[r] == "rank 1: ROCENANTE_ALGO='tree' is not one of auto, one_shot, ring (seen by rank " +
-                             std::to_string(r) + "; docs/environment.md lists the accepted values)");
+      CHECK(errors[r] == "set-up step 'transport probes' failed on rank 1: ROCENANTE_ALGO='tree' is not one of auto, "
+                         "one_shot, ring (docs/environment.md lists the accepted values)");
   }
 
   TEST_CASE("ROCENANTE_TIMEOUT_MS reaches the communicator's options") {
@@ -517,6 +494,244 @@ TEST_SUITE("host.select.vote") {
     CHECK(v.text().size() == sizeof v.reason - 1);
     CHECK_FALSE(v.usable());
     CHECK(v.rank == 3);
+  }
+}
+
+namespace {
+
+/// What one rank ended with: the transport chosen and why, its decision's log line without the per-rank prefix,
+/// or the error set-up threw (and whether it was a transport_error).
+struct ending {
+  std::string chosen, reason, log, error;
+  bool transport_error = false;
+  bool operator==(const ending&) const = default;
+};
+
+/// Runs `make(boot, options)` on `n` thread ranks — a selected communicator's construction that returns the
+/// selection — and gathers each rank's ending. A rank that got a communicator also runs one all-reduce on it.
+template <class Make>
+std::vector<ending> endings(int n, Make&& make) {
+  captured_log log;
+  std::vector<ending> out(static_cast<std::size_t>(n));
+  host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+    ending& e = out[boot.rank()];
+    options o;
+    o.capacity_bytes = 64 * 1024;
+    o.timeout_ns = 5'000'000'000ull;
+    try {
+      const host::selection sel = make(boot, o);
+      e.chosen = host::to_string(sel.chosen);
+      e.reason = sel.reason;
+    } catch (const error& x) {
+      e.error = x.what();
+      e.transport_error = dynamic_cast<const transport_error*>(&x) != nullptr;
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    const auto lines = log.with("[rank " + std::to_string(r) + "] ROCENANTE ");
+    if (lines.size() == 1) out[r].log = lines[0].substr(lines[0].find("] ROCENANTE ") + 12);
+    else if (!lines.empty()) out[r].log = std::to_string(lines.size()) + " lines";
+  }
+  return out;
+}
+
+/// The host executor's selection on thread ranks, with one all-reduce checked on what was chosen.
+std::vector<ending> host_endings(int n, const host::select_config& cfg) {
+  return endings(n, [&](bootstrap::in_process& boot, const options& o) {
+    host::selected_communicator comm(boot, o, cfg);
+    std::vector<float> in(100, 1.0f), out(100, 0.0f);
+    if (comm.all_reduce(in.data(), out.data(), in.size()) != status::ok || out[99] != static_cast<float>(boot.size()))
+      throw transport_error("the all-reduce on the chosen transport failed: " + comm.last_error());
+    return comm.selected();
+  });
+}
+
+/// Every step rank `rank` reached, as fault-plan items "RANK@STEP#N" (N: the arrival at that step).
+std::vector<std::pair<std::string, std::string>> fault_items(int rank, const std::vector<std::string>& steps) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto nth = std::count(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(i) + 1, steps[i]);
+    out.push_back({steps[i], std::to_string(rank) + "@" + steps[i] + "#" + std::to_string(nth)});
+  }
+  return out;
+}
+
+/// A stand-in for the GPU executor's selection, for its decision logic on CPU threads: the GPU candidates, with
+/// host communicators standing in for their builds — cuda_ipc by loopback (the same set-up votes as any direct
+/// transport: options, windows), socket by socket; ibverbs and nccl cannot be built here.
+class gpu_logic : public host::selected_base<host::communicator<transport::loopback>, host::communicator<transport::socket>> {
+ public:
+  gpu_logic(bootstrap::bootstrap_ref b, const options& o, const host::select_config& cfg) {
+    select_and_build<gpu::gpu_candidates>(*this, b, o, cfg);
+  }
+
+ private:
+  friend host::selected_base<host::communicator<transport::loopback>, host::communicator<transport::socket>>;
+  void build(bootstrap::bootstrap_ref b, transport_kind k, const options& o) {
+    if (k == transport_kind::cuda_ipc) comm_ = std::make_unique<host::communicator<transport::loopback>>(b, o);
+    else if (k == transport_kind::socket) comm_ = std::make_unique<host::communicator<transport::socket>>(b, o);
+    else throw transport_error(std::string(host::to_string(k)) + " has no stand-in on CPU threads");
+  }
+  std::string self_test(const host::connectivity_report&, const options&) {
+    const std::size_t count = host::self_test_count(size_);
+    std::vector<float> in(count), out(count, -1.0f);
+    for (std::size_t i = 0; i < count; ++i) in[i] = host::self_test_value(rank_, i);
+    const status st = pass([&](auto& c) { return c.all_reduce(in.data(), out.data(), count); });
+    return host::self_test_check(algorithm::algo::one_shot, st, last_error_, out.data(), count, size_);
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("host.select.faults") {
+  // A fault injected at each set-up step on one rank (the test build's fault plan, bootstrap/vote.hpp): every rank
+  // must end the same way — the same transport chosen with the same reason and log line, or the same error — and
+  // never with a bootstrap error from ranks left at different steps.
+
+  TEST_CASE("auto on thread ranks: a fault at each step of loopback's set-up on rank 1 moves every rank to socket") {
+    if (this_machine_has_rdma()) {
+      MESSAGE("skipped: this machine has RDMA devices (ibverbs would be chosen before loopback)");
+      return;
+    }
+    const host::select_config cfg = config(env::transport_choice::automatic);
+    std::vector<std::string> steps;
+    {
+      fault_plan clean("");
+      const auto rs = host_endings(3, cfg);
+      for (const auto& e : rs) CHECK(e.chosen == "loopback");
+      steps = setup::testing::steps_seen(1);
+    }
+    CHECK(steps == std::vector<std::string>{"transport probes", "probe ibverbs", "probe loopback", "probe socket",
+                                            "build loopback", "agree on options", "loopback: windows",
+                                            "connectivity of loopback", "self-test on loopback"});
+    for (const auto& [step, item] : fault_items(1, steps)) {
+      CAPTURE(item);
+      fault_plan plan(item);
+      const auto rs = host_endings(3, cfg);
+      for (const auto& e : rs) CHECK(e == rs[0]);  // the same ending on every rank, log line included
+      const ending& e = rs[0];
+      if (step == "transport probes") {
+        CHECK(e.transport_error);
+        CHECK(e.error == "set-up step 'transport probes' failed on rank 1: fault injected by the test's fault plan at "
+                         "rank 1's step 'transport probes'");
+      } else if (step == "probe ibverbs" || step == "probe socket") {
+        CHECK(e.chosen == "loopback");  // a candidate loopback does not need
+      } else {
+        CHECK(e.chosen == "socket");
+        CHECK(e.reason.find("; then loopback unusable: rank 1: ") != std::string::npos);
+        CHECK(e.reason.find("'" + step + "'") != std::string::npos);
+        CHECK(e.reason.find("every rank falls back to socket together") != std::string::npos);
+        CHECK(e.log.find("WARN transport socket (ROCENANTE_TRANSPORT=auto") == 0);
+      }
+    }
+  }
+
+  TEST_CASE("forced socket: a fault at each step on rank 1 fails every rank with the same error, naming rank and step") {
+    const host::select_config cfg = config(env::transport_choice::socket);
+    std::vector<std::string> steps;
+    {
+      fault_plan clean("");
+      for (const auto& e : host_endings(3, cfg)) CHECK(e.chosen == "socket");
+      steps = setup::testing::steps_seen(1);
+    }
+    CHECK(steps == std::vector<std::string>{"transport probes", "probe socket", "build socket", "agree on options",
+                                            "connection cards", "connectivity of socket", "self-test on socket"});
+    for (const auto& [step, item] : fault_items(1, steps)) {
+      CAPTURE(item);
+      fault_plan plan(item);
+      const auto rs = host_endings(3, cfg);
+      for (const auto& e : rs) CHECK(e == rs[0]);
+      CHECK(rs[0].transport_error);
+      CHECK(rs[0].chosen.empty());
+      CHECK(rs[0].error.find("rank 1") != std::string::npos);
+      CHECK(rs[0].error.find("'" + step + "'") != std::string::npos);
+      if (step != "transport probes")
+        CHECK(rs[0].error.find(step == "probe socket" ? "no transport usable by every rank (ROCENANTE_TRANSPORT=socket)"
+                                                      : "socket was forced (ROCENANTE_TRANSPORT) and failed at start-up") == 0);
+    }
+  }
+
+  TEST_CASE("a fault on two ranks at once names both, and every rank still falls back together") {
+    if (this_machine_has_rdma()) {
+      MESSAGE("skipped: this machine has RDMA devices");
+      return;
+    }
+    fault_plan plan("0@loopback: windows; 2@loopback: windows");
+    const auto rs = host_endings(4, config(env::transport_choice::automatic));
+    for (const auto& e : rs) CHECK(e == rs[0]);
+    CHECK(rs[0].chosen == "socket");
+    CHECK(rs[0].reason.find("loopback unusable: ranks 0, 2: step 'loopback: windows': fault injected") != std::string::npos);
+  }
+}
+
+TEST_SUITE("host.select.gpu_logic") {
+  TEST_CASE("the GPU executor's candidates: cuda_ipc, ibverbs, socket, nccl; loopback is refused with the reason") {
+    CHECK(gpu::gpu_candidates::order(env::transport_choice::automatic) ==
+          std::vector<transport_kind>{transport_kind::cuda_ipc, transport_kind::ibverbs, transport_kind::socket,
+                                      transport_kind::nccl});
+    CHECK(gpu::gpu_candidates::needs(transport_kind::cuda_ipc) == host::placement::one_host);
+    CHECK(gpu::gpu_candidates::needs(transport_kind::nccl) == host::placement::anywhere);
+    const host::verdict v = gpu::gpu_candidates::probe(transport_kind::loopback, 0, env::settings{});
+    CHECK(v.code_value() == host::probe_code::wrong_executor);
+    const host::verdict nccl =
+        gpu::gpu_candidates::probe_nccl(3, transport::nccl_api::load("/nonexistent/libnccl.so.2"));
+    CHECK(nccl.code_value() == host::probe_code::library_missing);
+    CHECK(nccl.rank == 3);
+    CHECK(nccl.text().find("NCCL unavailable: cannot load /nonexistent/libnccl.so.2") == 0);
+  }
+
+  TEST_CASE("the GPU vote on thread ranks: cuda_ipc is usable (one host) and preferred, nccl as its library allows") {
+    std::vector<host::selection> seen(3);
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      host::vote_table t = host::vote_probes<gpu::gpu_candidates>(boot, config(env::transport_choice::automatic));
+      seen[boot.rank()] = host::decide(t);
+      CHECK(t.order.size() == 4);
+      CHECK(t.v[2][static_cast<int>(transport_kind::nccl)].usable() == transport::nccl_api::instance().ok);
+    });
+    for (const auto& s : seen) {
+      CHECK(s.chosen == transport_kind::cuda_ipc);
+      CHECK(s.reason == "cuda_ipc usable on every rank (rank 0: GPU windows mapped between the processes of one node)");
+    }
+  }
+
+  TEST_CASE("the GPU decision with stand-in builds: a fault at each step of cuda_ipc's on rank 1 lands every rank on socket") {
+    if (this_machine_has_rdma()) {
+      MESSAGE("skipped: this machine has RDMA devices (ibverbs would come before socket)");
+      return;
+    }
+    const host::select_config cfg = config(env::transport_choice::automatic);
+    auto run = [&] {
+      return endings(3, [&](bootstrap::in_process& boot, const options& o) { return gpu_logic(boot, o, cfg).selected(); });
+    };
+    std::vector<std::string> steps;
+    {
+      fault_plan clean("");
+      for (const auto& e : run()) CHECK(e.chosen == "cuda_ipc");
+      steps = setup::testing::steps_seen(1);
+    }
+    const auto build = std::find(steps.begin(), steps.end(), "build cuda_ipc");
+    REQUIRE(build != steps.end());
+    const std::vector<std::string> attempt(build, steps.end());
+    CHECK(attempt == std::vector<std::string>{"build cuda_ipc", "agree on options", "loopback: windows",
+                                              "connectivity of cuda_ipc", "self-test on cuda_ipc"});
+    for (const auto& [step, item] : fault_items(1, steps)) {
+      if (std::find(attempt.begin(), attempt.end(), step) == attempt.end() && step != "probe cuda_ipc") continue;
+      CAPTURE(item);
+      fault_plan plan(item);
+      const auto rs = run();
+      for (const auto& e : rs) CHECK(e == rs[0]);
+      CHECK(rs[0].chosen == "socket");
+      CHECK(rs[0].reason.find("cuda_ipc unusable: rank 1: ") == 0);
+      CHECK(rs[0].log.find("WARN transport socket") == 0);
+    }
+    // cuda_ipc and then socket failing on rank 1: every rank goes on to nccl, which this stand-in cannot build (or
+    // whose library this machine lacks): every rank fails alike.
+    fault_plan plan("1@build cuda_ipc; 1@connection cards");
+    const auto rs = run();
+    for (const auto& e : rs) CHECK(e == rs[0]);
+    CHECK(rs[0].transport_error);
+    CHECK(rs[0].error.find("socket unusable: rank 1: step 'connection cards'") != std::string::npos);
+    CHECK(rs[0].error.find("nccl") != std::string::npos);
   }
 }
 

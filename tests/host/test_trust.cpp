@@ -778,7 +778,8 @@ TEST_SUITE("host.trust.descriptors") {
     REQUIRE(rs.size() == 3);
     for (int r = 0; r < 3; ++r) {
       CAPTURE(r);
-      CHECK(has(rs[r].value("error"), "not every rank could open its descriptor socket, so no descriptor was sent: rank 1:"));
+      CHECK(has(rs[r].value("error"), "set-up step 'fd test: descriptor sockets' failed on rank 1: its descriptor socket did "
+                                      "not open, so no rank sends a descriptor: "));
       CHECK(has(rs[r].value("error"), "another process holds the name"));
       CHECK(rs[r].value("got").empty());
     }

@@ -1,18 +1,19 @@
 // gpu/select.hpp — the GPU executor's start-up decision: which transport every rank's kernels use, decided by all
-// ranks together (host/select.hpp's vote, then its `settle` loop), logged once (ROCENANTE_DEBUG=INFO) and
-// queryable, then fixed for the life of the communicator.
+// ranks together (host/selection.hpp's vote and `settle` loop over gpu/candidates.hpp's candidates), logged once
+// and queryable, then fixed for the life of the communicator.
 //
 //   ROCENANTE_TRANSPORT=auto     cuda_ipc when every rank runs on one node (GPU windows mapped between the
 //                                processes), else ibverbs (the proxy path with RDMA WRITEs; built where rdma-core's
-//                                headers exist), else nccl (whole collectives through libnccl, loaded at run time)
+//                                headers exist), else socket (transport::cuda_socket: the proxy path over TCP), else
+//                                nccl (whole collectives through libnccl, loaded at run time; the log line and
+//                                capabilities() say which of the library's guarantees it lacks)
 //   ROCENANTE_TRANSPORT=cuda_ipc | ibverbs | socket | nccl
 //                                forced: a failure on any rank is a transport_error on every rank, never a fallback.
-//                                socket (transport::cuda_socket) runs the whole proxy path over TCP, for machines
-//                                without an RDMA device.
-// Each candidate is built, its connectivity gathered, and a start-up all-reduce of every allowed algorithm checked
-// exactly on every rank (small integers, exact in fp32 in any order, so byte-identical too) before the vote settles;
-// a failure anywhere moves every rank to the next candidate together. After start-up: fail-stop, never a silent
-// switch (host/select.hpp says why).
+// Each candidate is built (every local step of its set-up a set-up vote: bootstrap/vote.hpp), its connectivity
+// gathered, and a start-up all-reduce of every allowed algorithm checked exactly on every rank (small integers,
+// exact in fp32 in any order, so byte-identical too) before the vote settles; a failure at any step on any rank
+// moves every rank to the next candidate together. After start-up: fail-stop, never a silent switch
+// (host/selection.hpp says why).
 //
 // Who calls: every rank, one host thread per rank with its GPU current (cudaSetDevice), collectively. Include from
 // .cu files (it instantiates the kernels of every candidate's handle type: direct_handle and proxy_handle).
@@ -28,9 +29,9 @@
 #include <variant>
 #include <vector>
 
-#include "../host/select.hpp"
 #include "../transport/cuda_ipc.hpp"
 #include "../transport/nccl.hpp"
+#include "candidates.hpp"
 #include "communicator.hpp"
 #if ROCENANTE_HAS_IBVERBS
 #include "../transport/cuda_ibverbs.hpp"
@@ -63,7 +64,7 @@ class selected_communicator : public select_detail::gpu_base {
   /// usable by every rank; a forced one failed: the message names the ranks and their reasons).
   template <bootstrap::bootstrap B>
   selected_communicator(B& boot, const options& opts, host::select_config cfg = {}) {
-    select_and_build(*this, bootstrap::bootstrap_ref(boot), opts, cfg, host::executor::gpu);
+    select_and_build<gpu_candidates>(*this, bootstrap::bootstrap_ref(boot), opts, cfg);
   }
 
   /// All-reduce on `stream` with the configured algorithm (ROCENANTE_ALGO; auto: by size and rank count).
@@ -103,7 +104,7 @@ class selected_communicator : public select_detail::gpu_base {
     switch (k) {
       case host::transport_kind::cuda_ipc: comm_ = std::make_unique<ipc_comm>(b, o); return;
       case host::transport_kind::socket: comm_ = std::make_unique<socket_comm>(b, o); return;
-      case host::transport_kind::nccl: comm_ = std::make_unique<nccl_comm>(b); return;
+      case host::transport_kind::nccl: comm_ = std::make_unique<nccl_comm>(b, transport::nccl_api::instance(), o); return;
 #if ROCENANTE_HAS_IBVERBS
       case host::transport_kind::ibverbs: comm_ = std::make_unique<ibverbs_comm>(b, o); return;
 #endif

@@ -19,6 +19,7 @@
 #include "../algorithm/poison.hpp"
 #include "../algorithm/ring.hpp"
 #include "../bootstrap/concepts.hpp"
+#include "../core/capabilities.hpp"
 #include "../core/error.hpp"
 #include "../core/options.hpp"
 #include "../core/status.hpp"
@@ -125,6 +126,9 @@ class executor_base {
   /// communicator (each such call also filled its output with the poison value: docs/api.md). Compare it before
   /// and after a step to know whether the step's outputs can be used.
   std::uint64_t failures() const { return protocol::failures(const_cast<protocol::rank_state*>(&state_)); }
+
+  /// Every guarantee of the library's protocol (core/capabilities.hpp), over any transport.
+  static constexpr rocenante::capabilities capabilities() { return rocenante::capabilities::protocol(); }
 
  protected:
   using session_t = protocol::session<protocol::host_team, typename Transport::handle_type>;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
 #include "../config.hpp"
 #include "../core/error.hpp"
 #include "../core/options.hpp"
@@ -81,28 +82,27 @@ inline std::uint64_t name_hash(const char* s) {
   return h;
 }
 
-/// Exchange the configuration and compare. Every rank sees the same table, so every rank throws the same
-/// config_mismatch_error (naming the first differing field and the ranks that differ), or none does.
+/// Exchange the configuration and compare (a set-up vote: bootstrap/vote.hpp). Every rank sees the same table, so
+/// every rank throws the same config_mismatch_error (naming the first differing field and the ranks that differ),
+/// or none does.
 inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, const char* transport_name) {
-  const agreed_config mine{version,       static_cast<std::uint64_t>(boot.size()),
-                           o.capacity_bytes, o.max_parts,
-                           o.min_part_bytes, o.max_ctas,
-                           o.max_part_bytes, o.timeout_ns,
-                           o.max_polls,     o.first_sequence,
-                           o.call_post_max_bytes, name_hash(transport_name)};
-  std::vector<agreed_config> all(static_cast<std::size_t>(boot.size()));
-  boot.all_gather(&mine, all.data(), sizeof(agreed_config));
+  agreed_config mine{version,       static_cast<std::uint64_t>(boot.size()),
+                     o.capacity_bytes, o.max_parts,
+                     o.min_part_bytes, o.max_ctas,
+                     o.max_part_bytes, o.timeout_ns,
+                     o.max_polls,     o.first_sequence,
+                     o.call_post_max_bytes, name_hash(transport_name)};
+  const std::vector<agreed_config> all = setup::vote(boot, "agree on options", mine, [] {});
   for (std::size_t f = 0; f < agreed_config::names.size(); ++f) {
     const std::uint64_t v0 = all[0].values()[f];
     for (int q = 1; q < boot.size(); ++q) {
       const std::uint64_t vq = all[q].values()[f];
       if (vq == v0) continue;
       const std::string field = agreed_config::names[f];
-      throw config_mismatch_error(
-          field, "configuration differs between ranks: field '" + field + "' is " + std::to_string(v0) +
-                     " on rank 0 but " + std::to_string(vq) + " on rank " + std::to_string(q) +
-                     " (seen by rank " + std::to_string(boot.rank()) +
-                     "); every rank must pass the same options and library version");
+      throw config_mismatch_error(field, "configuration differs between ranks: field '" + field + "' is " +
+                                             std::to_string(v0) + " on rank 0 but " + std::to_string(vq) + " on rank " +
+                                             std::to_string(q) +
+                                             "; every rank must pass the same options and library version");
     }
   }
 }

@@ -1,16 +1,20 @@
 // transport/card.hpp — what the connection cards of the transports that connect processes (ibverbs, socket) have
 // in common. Each transport's card is its own fixed-size struct, exchanged with a bootstrap all_gather; every one
-// has the fields magic, version, size (sizeof the sender's card), rank and ok, and carries its set-up error as a
-// NUL-terminated `error` text. These helpers fill, exchange and check those fields once; a card's layout (and so
-// what travels) is the transport's. copy_text serves every fixed-size text field of a card. Host only.
+// has the fields magic, version, size (sizeof the sender's card), rank and ok, and an `error` text. These helpers
+// fill, exchange and check those fields once; a card's layout (and so what travels) is the transport's. The
+// exchange is a set-up vote (bootstrap/vote.hpp), which carries each rank's outcome beside its card, so `ok` stays 1
+// in every card a transport receives. copy_text serves every fixed-size text field of a card. Host only.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
 #include "../core/error.hpp"
 
 namespace rocenante::transport {
@@ -32,20 +36,13 @@ void stamp_card(Card& c, std::uint32_t magic, std::uint32_t version, int rank) {
   c.ok = 1;
 }
 
-/// Collective: every rank calls. Runs this rank's local set-up `set_up()` (which fills `mine`; a rocenante::error
-/// it throws is recorded in the card, ok = 0 and its message, so that every rank learns of it instead of waiting),
-/// then gathers every rank's card. Returns them in rank order.
+/// Collective: every rank calls. Runs this rank's local set-up `set_up()` (which fills `mine`) and gathers every
+/// rank's card through setup::vote (bootstrap/vote.hpp): when set_up() threw on any rank, every rank throws the same
+/// error naming that rank and its reason, so no rank is left waiting. Returns the cards in rank order.
 template <class Card, class SetUp>
-std::vector<Card> exchange_cards(bootstrap::bootstrap_ref boot, Card& mine, SetUp&& set_up) {
-  try {
-    set_up();
-  } catch (const error& e) {
-    mine.ok = 0;
-    copy_text(mine.error, sizeof mine.error, e.what());
-  }
-  std::vector<Card> all(static_cast<std::size_t>(boot.size()));
-  boot.all_gather(&mine, all.data(), sizeof(Card));
-  return all;
+std::vector<Card> exchange_cards(bootstrap::bootstrap_ref boot, Card& mine, SetUp&& set_up,
+                                 std::string_view step = "connection cards") {
+  return setup::vote(boot, step, mine, std::forward<SetUp>(set_up));
 }
 
 /// Why `c` is not a card of this build from rank `expected_rank` (magic, size, version or rank differ); empty when
@@ -67,7 +64,8 @@ std::string check_card_header(const Card& c, int expected_rank, std::uint32_t ma
 }
 
 /// The first problem with every rank's card (`all`, in rank order): what `validate(card, rank)` says, else a rank
-/// whose own set-up failed (ok == 0: its `error` text). Empty when there is none.
+/// whose card says its set-up failed (ok == 0: its `error` text; exchange_cards never hands out such a card). Empty
+/// when there is none.
 template <class Card, class Validate>
 std::string first_card_problem(const std::vector<Card>& all, Validate&& validate) {
   for (std::size_t q = 0; q < all.size(); ++q) {

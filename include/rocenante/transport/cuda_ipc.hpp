@@ -16,7 +16,8 @@
 // protocol's bounded wait. A legacy IPC handle gives no such guarantee once the exporting process is gone.
 // File descriptors cannot travel in a bootstrap's bytes, hence the socket.
 //
-// Requirements (checked at set-up on every rank, failures voted so every rank throws together): every rank on
+// Requirements (checked at set-up on every rank, each local step a set-up vote so every rank throws together,
+// bootstrap/vote.hpp): every rank on
 // one host (core/identity.hpp; ROCENANTE_HOST_ID overrides), one network namespace (abstract Unix sockets), GPUs
 // that support POSIX-descriptor VMM handles, and peer access between distinct GPUs (NVLink or PCIe P2P).
 // Driver entry points are resolved through the runtime (cudaGetDriverEntryPointByVersion): no -lcuda.
@@ -42,6 +43,7 @@
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
 #include "../core/clock.hpp"
 #include "../core/cuda_check.hpp"
 #include "../core/error.hpp"
@@ -141,13 +143,11 @@ struct mapping {
   }
 };
 
-/// A rank's card: where it runs, and whether its local set-up worked. Rank 0's nonce names the sockets, its token
-/// (never part of a name) marks the job's datagrams.
+/// A rank's card: where it runs and the size of its window. Rank 0's nonce names the sockets, its token (never
+/// part of a name) marks the job's datagrams.
 struct card {
   std::uint64_t host, nonce, token;
-  std::int32_t rank, ok;
   std::uint64_t window_bytes;
-  char error[200];
 };
 
 inline constexpr char socket_prefix[] = "rocenante-ipc";
@@ -160,68 +160,41 @@ class cuda_ipc {
   using handle_type = direct_handle;
 
   /// Collective: every rank calls, each with its GPU current. Throws transport_error on every rank alike when a
-  /// rank runs on another host, a rank's GPU lacks VMM descriptor handles, or any import fails (naming the rank).
+  /// rank runs on another host, a rank's GPU lacks VMM descriptor handles, or any import fails (naming the rank):
+  /// each local step is a set-up vote (bootstrap/vote.hpp).
   cuda_ipc(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& opts = {})
       : me_(boot.rank()), n_(boot.size()) {
     if (n_ > max_ranks)
       throw transport_error("cuda_ipc: " + std::to_string(n_) + " ranks exceed max_ranks (" + std::to_string(max_ranks) + ")");
-    ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
     const std::uint64_t deadline =
         detail::now_ns() + (opts.timeout_ns != 0 ? opts.timeout_ns : 30'000'000'000ull);
     ipc_detail::card mine{};
     mine.host = identity::host();
-    mine.rank = me_;
-    mine.ok = 1;
-    int fd_out = -1;
-    try {
+    sock::fd fd_out;
+    const std::vector<ipc_detail::card> all = setup::vote(boot, "cuda_ipc: window", mine, [&] {
+      ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
       mine.nonce = fdx::random_u64();
       mine.token = fdx::random_u64();
-      create_window(layout, fd_out);
+      fd_out = create_window(layout);
       mine.window_bytes = self_.size;
-    } catch (const error& e) {
-      mine.ok = 0;
-      std::snprintf(mine.error, sizeof mine.error, "%s", e.what());
-    }
-    std::vector<ipc_detail::card> all(static_cast<std::size_t>(n_));
-    boot.all_gather(&mine, all.data(), sizeof mine);
-    for (int q = 0; q < n_; ++q) {
-      if (all[q].host != all[0].host) {
-        if (fd_out >= 0) ::close(fd_out);
-        throw transport_error("cuda_ipc: rank " + std::to_string(q) + " runs on another host than rank 0; cuda_ipc maps " +
-                              "windows between processes of one node (use ibverbs, socket or nccl across nodes)");
-      }
-      if (!all[q].ok) {
-        if (fd_out >= 0) ::close(fd_out);
-        throw transport_error("cuda_ipc (seen by rank " + std::to_string(me_) + "): set-up failed on rank " +
-                              std::to_string(q) + ": " + std::string(all[q].error, strnlen(all[q].error, sizeof all[q].error)));
-      }
-    }
-    // Exchange descriptors, import, and vote: a failure on any rank fails every rank.
-    std::string why;
-    std::vector<int> fds(static_cast<std::size_t>(n_), -1);
-    try {
-      fds = fdx::exchange(boot, "cuda_ipc", ipc_detail::socket_prefix, all[0].nonce, all[0].token, fd_out, deadline);
-      imported_ = std::make_unique<ipc_detail::mapping[]>(static_cast<std::size_t>(n_));
-      for (int q = 0; q < n_; ++q) {
-        if (q == me_) continue;
-        import_window(q, fds[q], all[q].window_bytes);
-        fds[q] = -1;
-      }
-    } catch (const error& e) {
-      why = e.what();
-    }
-    for (int f : fds)
-      if (f >= 0) ::close(f);
-    if (fd_out >= 0) ::close(fd_out);
-    ipc_detail::card verdict{};
-    verdict.rank = me_;
-    verdict.ok = why.empty() ? 1 : 0;
-    std::snprintf(verdict.error, sizeof verdict.error, "%s", why.c_str());
-    boot.all_gather(&verdict, all.data(), sizeof verdict);
+    });
+    std::vector<setup::failure> elsewhere;
     for (int q = 0; q < n_; ++q)
-      if (!all[q].ok)
-        throw transport_error("cuda_ipc (seen by rank " + std::to_string(me_) + "): importing peers' windows failed on rank " +
-                              std::to_string(q) + ": " + std::string(all[q].error, strnlen(all[q].error, sizeof all[q].error)));
+      if (all[q].host != all[0].host)
+        elsewhere.push_back({q, "runs on another host than rank 0; cuda_ipc maps windows between the processes of one "
+                                "node (use ibverbs, socket or nccl across nodes)"});
+    if (!elsewhere.empty()) setup::fail_together(setup::error_kind::transport, "cuda_ipc: one host", std::move(elsewhere));
+    // Exchange descriptors and import every peer's window. The vote is also the barrier: once it returns, every rank
+    // has mapped every window, before any rank's kernel may store into one.
+    setup::vote(boot, "cuda_ipc: import windows", [&] {
+      std::vector<int> fds = fdx::exchange(boot, "cuda_ipc", ipc_detail::socket_prefix, all[0].nonce, all[0].token,
+                                           fd_out.get(), deadline);
+      std::vector<sock::fd> owned;
+      for (int f : fds) owned.emplace_back(f);  // closed on every path; import_window closes the ones it takes
+      imported_ = std::make_unique<ipc_detail::mapping[]>(static_cast<std::size_t>(n_));
+      for (int q = 0; q < n_; ++q)
+        if (q != me_) import_window(q, std::move(owned[q]), all[q].window_bytes);
+    });
     handle_ = {};
     handle_.rank_ = me_;
     handle_.ranks_ = n_;
@@ -229,7 +202,6 @@ class cuda_ipc {
     handle_.layout_ = layout;
     for (int q = 0; q < n_; ++q)
       handle_.windows_[q] = reinterpret_cast<std::byte*>(q == me_ ? self_.ptr : imported_[q].ptr);
-    boot.barrier();  // every rank has mapped every window before any rank's kernel may store into one
   }
 
   cuda_ipc(const cuda_ipc&) = delete;
@@ -243,7 +215,8 @@ class cuda_ipc {
   void narrow_scope(memory_scope s) { handle_.scope_ = s; }
 
  private:
-  void create_window(const protocol::window_layout& layout, int& fd_out) {
+  /// This rank's window, mapped and initialised; returns the descriptor that exports it.
+  sock::fd create_window(const protocol::window_layout& layout) {
     const ipc_detail::vmm_api& a = ipc_detail::vmm_api::get();
     if (!a.why.empty()) throw transport_error("cuda_ipc: " + a.why + " (CUDA 11.2 or later is needed)");
     int supported = 0;
@@ -272,16 +245,16 @@ class cuda_ipc {
     ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
     int fd = -1;
     ipc_detail::check(a.export_handle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), "cuMemExportToShareableHandle");
-    fd_out = fd;
+    return sock::fd(fd);
   }
 
-  void import_window(int q, int fd, std::uint64_t bytes) {
+  void import_window(int q, sock::fd fd, std::uint64_t bytes) {
     const ipc_detail::vmm_api& a = ipc_detail::vmm_api::get();
     CUmemGenericAllocationHandle h = 0;
-    ipc_detail::check(a.import_handle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)),
+    ipc_detail::check(a.import_handle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd.get())),
                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
                       ("cuMemImportFromShareableHandle of rank " + std::to_string(q) + "'s window").c_str());
-    ::close(fd);
+    fd.reset();
     imported_[q].map(h, bytes, granularity_, device_);
   }
 

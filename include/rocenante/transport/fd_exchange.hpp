@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
 #include "../core/clock.hpp"
 #include "../core/error.hpp"
 #include "socket/net.hpp"
@@ -264,25 +265,13 @@ class endpoint {
 };
 
 /// The vote that must pass before any descriptor is sent: every rank says, through `boot`, whether its endpoint is
-/// bound. Throws transport_error on every rank alike, naming each rank that is not, when any is not.
+/// bound (setup::vote, step "<label>: descriptor sockets"). Throws transport_error on every rank alike, naming each
+/// rank that is not, when any is not.
 inline void vote_ready(bootstrap::bootstrap_ref boot, const endpoint& e, const std::string& label) {
-  struct ballot {
-    std::int32_t ok;
-    char error[220];
-  };
-  ballot mine{};
-  mine.ok = e.bind_error().empty() ? 1 : 0;
-  std::snprintf(mine.error, sizeof mine.error, "%s", e.bind_error().c_str());
-  std::vector<ballot> all(static_cast<std::size_t>(boot.size()));
-  boot.all_gather(&mine, all.data(), sizeof mine);
-  std::string why;
-  for (int q = 0; q < boot.size(); ++q)
-    if (!all[q].ok)
-      why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(q) + ": " +
-             std::string(all[q].error, strnlen(all[q].error, sizeof all[q].error));
-  if (!why.empty())
-    throw transport_error(label + " (seen by rank " + std::to_string(boot.rank()) + "): not every rank could open its "
-                          "descriptor socket, so no descriptor was sent: " + why);
+  setup::vote(boot, label + ": descriptor sockets", [&] {
+    if (!e.bind_error().empty())
+      throw transport_error("its descriptor socket did not open, so no rank sends a descriptor: " + e.bind_error());
+  });
 }
 
 /// Collective: every rank of `boot` (all on one host, in one network namespace) calls with the same label, prefix,

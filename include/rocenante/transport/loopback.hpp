@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
 #include "../core/atomic.hpp"
 #include "../core/error.hpp"
 #include "../core/options.hpp"
@@ -96,10 +97,9 @@ class basic_loopback {
   using handle_type = direct_handle;
   using window_type = Window;
 
-  /// Collective: every rank of `boot` calls, with the same layout. Throws transport_error when the ranks are
-  /// not in one process.
-  basic_loopback(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& = {})
-      : self_(std::make_shared<Window>(layout)) {
+  /// Collective: every rank of `boot` calls, with the same layout. Throws transport_error on every rank when the
+  /// ranks are not in one process or a rank could not allocate its window (a set-up vote: bootstrap/vote.hpp).
+  basic_loopback(bootstrap::bootstrap_ref boot, const protocol::window_layout& layout, const options& = {}) {
     const int n = boot.size();
     if (n > max_ranks)
       throw transport_error("loopback: " + std::to_string(n) + " ranks exceed max_ranks (" + std::to_string(max_ranks) + ")");
@@ -107,9 +107,8 @@ class basic_loopback {
       long pid;
       std::shared_ptr<Window>* window;
     };
-    const card mine{static_cast<long>(::getpid()), &self_};
-    std::vector<card> all(static_cast<std::size_t>(n));
-    boot.all_gather(&mine, all.data(), sizeof(card));
+    card mine{static_cast<long>(::getpid()), &self_};
+    const std::vector<card> all = setup::vote(boot, "loopback: windows", mine, [&] { self_ = std::make_shared<Window>(layout); });
     for (int q = 0; q < n; ++q)
       if (all[q].pid != mine.pid)
         throw transport_error("loopback: rank " + std::to_string(q) + " runs in process " + std::to_string(all[q].pid) +

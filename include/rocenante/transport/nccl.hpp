@@ -1,21 +1,28 @@
-// transport/nccl.hpp — all-reduce and all-gather through NCCL, as a whole-collective transport: the fallback the
-// ranks choose together when RDMA is unusable (host/select.hpp, design.md §1.3 option (a)). Same host API shape as
-// gpu::communicator: all_reduce(in, out, count, stream) -> status, all_gather(in, out, count, stream) -> status,
-// check_health(), last_error().
+// transport/nccl.hpp — all-reduce and all-gather through NCCL, as a whole-collective transport: the last fallback the
+// ranks choose together (gpu/select.hpp, design.md §1.3 option (a)). Same host API shape as gpu::communicator:
+// all_reduce(in, out, count, stream) -> status, all_gather(in, out, count, stream) -> status, check_health(),
+// last_error(), failures(), capabilities().
 //
 // Who calls: one host thread per rank, each with its GPU current (cudaSetDevice); set-up is collective through the
 // bootstrap. NCCL puts at most one rank on a GPU. Launch path: enqueues on the caller's stream, never throws,
 // allocates nothing of its own; as capture-safe as NCCL is (NCCL supports CUDA graph capture).
-// Set-up: libnccl is loaded lazily (transport/nccl/api.hpp), so a binary starts without NCCL; every rank votes on
-// "library loaded" before rank 0 makes the unique id and again after ncclCommInitRank, so a rank that cannot use
-// NCCL makes every rank throw transport_error ("NCCL unavailable on rank q: ...") instead of leaving its peers
-// inside ncclCommInitRank. (A rank that dies *inside* ncclCommInitRank is NCCL's to detect.)
-// Failure: a call NCCL rejects returns status::internal with NCCL's message, poisons this object (every later call
-// returns status::poisoned: fail-stop, no switch of transport, hazards H12/H15), and the destructor then aborts the
-// NCCL communicator instead of destroying it. check_health() reads ncclCommGetAsyncError without synchronising.
-// Limits (NCCL's, not hidden): a rank that refuses a call locally cannot tell its peers to abort, as the library's
-// own protocol does: those peers wait inside NCCL. So this object forwards every call to NCCL and leaves argument
-// checks to NCCL; the caller must issue the same calls on every rank.
+// Set-up: libnccl is loaded lazily (transport/nccl/api.hpp), so a binary starts without NCCL. Two set-up votes
+// (bootstrap/vote.hpp): "nccl: library" (libnccl loaded on every rank; rank 0 makes the unique id) keeps every rank
+// out of NCCL's init when one rank cannot use NCCL, and "nccl: init" (ncclCommInitRankConfig, non-blocking, polled
+// with ncclCommGetAsyncError for at most options::timeout_ns, then ncclCommAbort) makes a rank that fails or never
+// joins fail every rank with the same transport_error, within the timeout, instead of leaving its peers inside
+// NCCL's init. (NCCL before 2.14 has no non-blocking init: ncclCommInitRank then waits as long as NCCL does.)
+// Failure: a call NCCL rejects returns the library's status for NCCL's result (invalid_argument for an invalid
+// argument or usage, timeout when a non-blocking enqueue did not finish within the timeout, internal otherwise)
+// with NCCL's message, poisons this object (every later call returns status::poisoned: fail-stop, no switch of
+// transport, hazards H12/H15) and is counted (failures()); the destructor then aborts the NCCL communicator instead
+// of destroying it. check_health() reads ncclCommGetAsyncError without synchronising.
+// Limits (NCCL's, not hidden; capabilities() says so, docs/api.md §1.2): the waits inside NCCL's kernels are NCCL's
+// (no library timeout), an output is never filled with NaN, failures() counts only the calls this object refused
+// or NCCL rejected when they were enqueued (not a failure inside NCCL's kernels), and a rank that refuses a call
+// locally cannot tell its peers to abort, as the library's own protocol does: those peers wait inside NCCL. So this
+// object forwards every call to NCCL and leaves argument checks to NCCL; the caller must issue the same calls on
+// every rank.
 //
 // Not in kernels: NCCL's API is a host call that enqueues NCCL's own kernels; it cannot be fused into a user
 // kernel. `handle_type` exists only to say so at compile time (gpu::communicator, device::context, block
@@ -27,18 +34,22 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
+#include "../core/capabilities.hpp"
+#include "../core/clock.hpp"
 #include "../core/error.hpp"
 #include "../core/options.hpp"
 #include "../core/status.hpp"
 #include "../host/communicator.hpp"  // host::health
-#include "card.hpp"
 #include "nccl/api.hpp"
 
 namespace rocenante::transport {
@@ -65,14 +76,18 @@ constexpr int data_type() {
   else static_assert(always_false<T>, "transport::nccl supports float, __half and __nv_bfloat16");
 }
 
-/// One rank's outcome of a set-up step, exchanged so that every rank fails together.
-struct step_card {
-  std::int32_t rank;
-  std::uint32_t ok;
-  nccl_api::unique_id id;  ///< rank 0's unique id (others: zero)
-  char why[376];
+/// What the library vote carries: rank 0's unique id (others: zero).
+struct id_card {
+  nccl_api::unique_id id;
 };
-static_assert(std::is_trivially_copyable_v<step_card>);
+static_assert(std::is_trivially_copyable_v<id_card>);
+
+/// The library's status for a result NCCL returned (ncclInvalidArgument, ncclInvalidUsage: the call's arguments or
+/// use; anything else: internal).
+inline status to_status(nccl_api::result_t r) {
+  if (r == nccl_api::success || r == nccl_api::in_progress) return status::ok;
+  return r == 4 || r == 5 ? status::invalid_argument : status::internal;
+}
 }  // namespace nccl_detail
 
 class nccl {
@@ -81,44 +96,27 @@ class nccl {
   /// There is none: see the file comment. Naming the type is allowed; using it stops the build with the reason.
   using handle_type = nccl_detail::no_device_handle<nccl>;
 
-  /// Collective: every rank calls, with its device current. Throws transport_error on every rank when any rank
-  /// cannot load libnccl or ncclCommInitRank fails on any rank (the message names the rank and NCCL's reason).
+  /// Collective: every rank calls, with its device current and the same options (options::timeout_ns bounds NCCL's
+  /// init and each non-blocking enqueue; 0: no bound). Throws transport_error on every rank when any rank cannot load
+  /// libnccl, or NCCL's init fails or does not finish within the timeout on any rank (the message names the ranks and
+  /// NCCL's reason).
   template <bootstrap::bootstrap B>
-  explicit nccl(B& boot) : nccl(bootstrap::bootstrap_ref(boot), nccl_api::instance()) {}
+  explicit nccl(B& boot, const options& opts = {}) : nccl(bootstrap::bootstrap_ref(boot), nccl_api::instance(), opts) {}
 
   /// As above, with an explicit library (tests load a missing path with nccl_api::load).
-  nccl(bootstrap::bootstrap_ref boot, const nccl_api::library& lib) : lib_(&lib), rank_(boot.rank()), size_(boot.size()) {
-    // 1. Library on every rank, and rank 0's unique id, in one exchange.
-    nccl_detail::step_card mine{};
-    mine.rank = rank_;
-    mine.ok = lib.ok ? 1 : 0;
-    std::string why = lib.why;
-    if (lib.ok && rank_ == 0) {
+  nccl(bootstrap::bootstrap_ref boot, const nccl_api::library& lib, const options& opts = {})
+      : lib_(&lib), rank_(boot.rank()), size_(boot.size()), timeout_ns_(opts.timeout_ns) {
+    nccl_detail::id_card mine{};
+    const std::vector<nccl_detail::id_card> all = setup::vote(boot, "nccl: library", mine, [&] {
+      if (!lib.ok) throw transport_error(lib.why);
+      if (rank_ != 0) return;
       const nccl_api::result_t r = lib.get_unique_id(&mine.id);
-      if (r != nccl_api::success) {
-        mine.ok = 0;
-        why = "NCCL unavailable: ncclGetUniqueId failed: " + lib.describe(r);
-      }
-    }
-    copy_text(mine.why, sizeof mine.why, why);
-    std::vector<nccl_detail::step_card> all(static_cast<std::size_t>(size_));
-    boot.all_gather(&mine, all.data(), sizeof mine);
-    fail_if_any(all, "before ncclCommInitRank");
-
-    // 2. Every rank initialises its NCCL communicator from rank 0's id, then votes again.
-    std::memset(&mine, 0, sizeof mine);
-    mine.rank = rank_;
-    mine.ok = 1;
-    const nccl_api::result_t r = lib.comm_init_rank(&comm_, size_, all[0].id, rank_);
-    if (r != nccl_api::success) {
-      mine.ok = 0;
-      copy_text(mine.why, sizeof mine.why, "ncclCommInitRank failed: " + lib.describe(r));
-      comm_ = nullptr;
-    }
-    boot.all_gather(&mine, all.data(), sizeof mine);
+      if (r != nccl_api::success) throw transport_error("NCCL unavailable: ncclGetUniqueId failed: " + lib.describe(r));
+    });
     try {
-      fail_if_any(all, "in ncclCommInitRank");
+      setup::vote(boot, "nccl: init", [&] { init(all[0].id); });
     } catch (...) {
+      // Some rank failed: a rank whose own init finished leaves NCCL without waiting for the others.
       if (comm_ != nullptr) lib.comm_abort(comm_);
       comm_ = nullptr;
       throw;
@@ -155,8 +153,8 @@ class nccl {
   }
 
   /// Refuses this call for a reason the caller found (a binding's checks). NCCL has no message that aborts a peer's
-  /// call: this rank stops here (poisoned: every later call refused, the destructor aborts) and its peers wait inside
-  /// NCCL. The caller must issue the same calls on every rank (Limits, above).
+  /// call: this rank stops here (poisoned: every later call refused, the destructor aborts; counted in failures())
+  /// and its peers wait inside NCCL. The caller must issue the same calls on every rank (Limits, above).
   status reject(const std::string& why, cudaStream_t) {
     const std::string w = "rank " + std::to_string(rank_) + ": " + why +
                           "; over the nccl transport the peers cannot be told (they wait inside NCCL) and this "
@@ -186,17 +184,62 @@ class nccl {
   }
   const std::string& last_error() const { return last_error_; }
 
+  /// Calls of this rank that this object refused (poisoned, reject()) or that NCCL rejected when enqueued. A
+  /// failure inside NCCL's kernels is not counted (capabilities().counts_failures is false).
+  std::uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
+
+  /// What NCCL gives of the library's guarantees: none (the Limits above).
+  static constexpr rocenante::capabilities capabilities() { return {}; }
+
  private:
-  void fail_if_any(const std::vector<nccl_detail::step_card>& all, const char* when) const {
-    for (int q = 0; q < size_; ++q)
-      if (all[q].ok == 0)
-        throw transport_error("NCCL unavailable on rank " + std::to_string(q) + " (" + when + ", seen by rank " +
-                              std::to_string(rank_) + "): " + std::string(all[q].why, strnlen(all[q].why, sizeof all[q].why)));
+  /// NCCL's init of this rank from rank 0's id, bounded by the timeout (non-blocking where NCCL has it).
+  void init(const nccl_api::unique_id& id) {
+    if (lib_->comm_init_rank_config == nullptr) {
+      const nccl_api::result_t r = lib_->comm_init_rank(&comm_, size_, id, rank_);
+      if (r != nccl_api::success) {
+        comm_ = nullptr;
+        throw transport_error("ncclCommInitRank failed: " + lib_->describe(r));
+      }
+      return;
+    }
+    nccl_api::config_v21400 cfg;
+    cfg.blocking = 0;
+    nccl_api::result_t r = lib_->comm_init_rank_config(&comm_, size_, id, rank_, &cfg);
+    if (r == nccl_api::in_progress && comm_ != nullptr) r = wait_async();
+    if (r == nccl_api::success) return;
+    const std::string why = r == nccl_api::in_progress
+                                ? "ncclCommInitRankConfig did not finish within " + std::to_string(timeout_ns_ / 1'000'000) +
+                                      " ms (options::timeout_ns): a peer never joined or cannot be reached; NCCL's init "
+                                      "was aborted"
+                                : "ncclCommInitRankConfig failed: " + lib_->describe(r, comm_);
+    if (comm_ != nullptr) lib_->comm_abort(comm_);
+    comm_ = nullptr;
+    throw transport_error(why);
+  }
+
+  /// NCCL's state of a non-blocking communicator once it leaves ncclInProgress, or in_progress when the timeout ran
+  /// out first. Polls ncclCommGetAsyncError: yields at first (an enqueue finishes within microseconds), then sleeps.
+  nccl_api::result_t wait_async() const {
+    const std::uint64_t start = detail::now_ns();
+    for (std::uint64_t polls = 0;; ++polls) {
+      nccl_api::result_t state = nccl_api::in_progress;
+      const nccl_api::result_t r = lib_->comm_get_async_error(comm_, &state);
+      if (r != nccl_api::success) return r;
+      if (state != nccl_api::in_progress) return state;
+      if (timeout_ns_ != 0 && detail::now_ns() - start >= timeout_ns_) return nccl_api::in_progress;
+      if (polls < 1024) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
 
   status check(nccl_api::result_t r, const char* call) {
-    if (r == nccl_api::success || r == nccl_api::in_progress) return status::ok;
-    const std::string why = "rank " + std::to_string(rank_) + ": " + call + " failed: " + lib_->describe(r, comm_) +
+    if (r == nccl_api::in_progress) r = wait_async();
+    if (r == nccl_api::success) return status::ok;
+    const bool late = r == nccl_api::in_progress;
+    const std::string why = "rank " + std::to_string(rank_) + ": " + call +
+                            (late ? " was not enqueued within " + std::to_string(timeout_ns_ / 1'000'000) +
+                                        " ms (options::timeout_ns)"
+                                  : " failed: " + lib_->describe(r, comm_)) +
                             "; the NCCL transport is poisoned (fail-stop: no transport switch mid-run)";
     // One thread issues a rank's calls (as on every communicator), so the first failure is recorded before the
     // release that check_health's acquire pairs with.
@@ -204,17 +247,21 @@ class nccl {
       first_error_ = why;
       poisoned_.store(true, std::memory_order_release);
     }
-    return refuse(status::internal, why);
+    return refuse(late ? status::timeout : nccl_detail::to_status(r), why);
   }
+  /// Every call that returns anything but ok ends here: it is counted.
   status refuse(status s, const std::string& why) {
+    failures_.fetch_add(1, std::memory_order_relaxed);
     last_error_ = "rocenante " + why;
     return s;
   }
 
   const nccl_api::library* lib_;
   int rank_, size_;
+  std::uint64_t timeout_ns_;
   nccl_api::comm_t comm_ = nullptr;
   std::atomic<bool> poisoned_{false};
+  std::atomic<std::uint64_t> failures_{0};
   std::string first_error_, last_error_;
 };
 

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -32,12 +33,30 @@ struct unique_id {
   char internal[128];
 };
 
+/// NCCL_CONFIG_UNDEF_INT: a config field left to NCCL's default.
+inline constexpr int config_undef_int = -2147483647 - 1;
+
+/// ncclConfig_t as NCCL 2.14 laid it out, the first release with ncclCommInitRankConfig. NCCL reads `size` bytes
+/// of it and gives the fields later releases added their defaults (its parseCommConfig), so this prefix serves every
+/// NCCL since 2.14; `version` tells NCCL which fields it carries.
+struct config_v21400 {
+  std::size_t size = sizeof(config_v21400);
+  unsigned int magic = 0xcafebeef;  ///< NCCL's "initialised by NCCL_CONFIG_INITIALIZER" mark
+  unsigned int version = 21400;     ///< NCCL_VERSION(2, 14, 0)
+  int blocking = config_undef_int;  ///< 0: init and calls return ncclInProgress instead of blocking
+  int cga_cluster_size = config_undef_int;
+  int min_ctas = config_undef_int;
+  int max_ctas = config_undef_int;
+  const char* net_name = nullptr;
+};
+
 /// ncclDataType_t values used here.
 enum data_type : int { float16 = 6, float32 = 7, bfloat16 = 9 };
 /// ncclRedOp_t values used here.
 enum red_op : int { sum = 0 };
 
-/// The entry points, resolved with dlsym. `get_last_error` is optional (NCCL >= 2.13); the rest are required.
+/// The entry points, resolved with dlsym. `get_last_error` (NCCL >= 2.13) and `comm_init_rank_config` (NCCL >= 2.14)
+/// are optional; the rest are required.
 struct library {
   bool ok = false;
   std::string why;  ///< when !ok: "NCCL unavailable: ..."
@@ -47,6 +66,7 @@ struct library {
   result_t (*get_version)(int*) = nullptr;
   result_t (*get_unique_id)(unique_id*) = nullptr;
   result_t (*comm_init_rank)(comm_t*, int, unique_id, int) = nullptr;
+  result_t (*comm_init_rank_config)(comm_t*, int, unique_id, int, config_v21400*) = nullptr;
   result_t (*comm_destroy)(comm_t) = nullptr;
   result_t (*comm_abort)(comm_t) = nullptr;
   result_t (*comm_get_async_error)(comm_t, result_t*) = nullptr;
@@ -90,6 +110,7 @@ inline library load(const std::string& path) {
   sym(l.get_version, "ncclGetVersion");
   sym(l.get_unique_id, "ncclGetUniqueId");
   sym(l.comm_init_rank, "ncclCommInitRank");
+  sym(l.comm_init_rank_config, "ncclCommInitRankConfig", false);
   sym(l.comm_destroy, "ncclCommDestroy");
   sym(l.comm_abort, "ncclCommAbort");
   sym(l.comm_get_async_error, "ncclCommGetAsyncError");
@@ -130,4 +151,10 @@ static_assert(int{ncclFloat16} == int{rocenante::transport::nccl_api::float16} &
               int{ncclBfloat16} == int{rocenante::transport::nccl_api::bfloat16} &&
               int{ncclSum} == int{rocenante::transport::nccl_api::sum}, "NCCL enum values");
 static_assert(std::is_same_v<ncclComm_t, rocenante::transport::nccl_api::comm_t>);
+static_assert(NCCL_CONFIG_UNDEF_INT == rocenante::transport::nccl_api::config_undef_int, "NCCL_CONFIG_UNDEF_INT");
+static_assert(offsetof(ncclConfig_t, magic) == offsetof(rocenante::transport::nccl_api::config_v21400, magic) &&
+              offsetof(ncclConfig_t, version) == offsetof(rocenante::transport::nccl_api::config_v21400, version) &&
+              offsetof(ncclConfig_t, blocking) == offsetof(rocenante::transport::nccl_api::config_v21400, blocking) &&
+              offsetof(ncclConfig_t, netName) == offsetof(rocenante::transport::nccl_api::config_v21400, net_name),
+              "ncclConfig_t's leading fields");
 #endif
