@@ -181,8 +181,8 @@ TEST_SUITE("host.select.nccl") {
       const auto errors = build_on(3, {&fake});
       setup::testing::set_faults("");
       for (const auto& e : errors)
-        CHECK(e == std::string("set-up step '") + step + "' failed on rank 1: fault injected by the test's fault plan at "
-                                                         "rank 1's step '" + step + "'");
+        CHECK(e == std::string("set-up step '") + step + "' failed on rank 1: fault injected by the test's fault plan at step '" +
+                     step + "'");
       CHECK(destroys.load() == 0);
       CHECK(aborts.load() == config_init_calls.load());  // every init that ran was aborted
     }

@@ -24,8 +24,9 @@
 // Test builds (ROCENANTE_TEST_FAULTS defined, as the project's tests are compiled; never a program of a user):
 // every vote is also a fault point. A fault plan (testing::set_faults, or the environment variable
 // ROCENANTE_TEST_FAULT read once per process, for tests whose ranks are processes) makes a chosen rank's local work
-// at a chosen step throw, so that tests can show that a failure at each step on one rank lands every rank on the
-// same outcome. The plan can also cut pairs of ranks (fault_cuts: the start-up selection's connectivity report).
+// at a chosen step fail once it has run, so that tests can show that a failure at each step on one rank lands every
+// rank on the same outcome. The plan can also cut pairs of ranks (fault_cuts: the start-up selection's connectivity
+// report). Elsewhere the fault points compile to nothing.
 #pragma once
 
 #include <algorithm>
@@ -209,9 +210,9 @@ inline std::vector<std::string> steps_seen(int rank) {
 }  // namespace testing
 #endif
 
-/// Throws, in a test build whose fault plan names `rank` at this arrival at `step`, the injected fault; elsewhere
-/// does nothing. vote() calls it before a step's local work; the selection's probes call it per candidate.
-inline void fault_point([[maybe_unused]] int rank, [[maybe_unused]] std::string_view step) {
+/// Records, in a test build, that `rank` reached `step`, and says whether its fault plan fails it at this arrival;
+/// elsewhere false.
+inline bool fault_due([[maybe_unused]] int rank, [[maybe_unused]] std::string_view step) {
 #if defined(ROCENANTE_TEST_FAULTS)
   auto& s = testing::detail::state();
   std::lock_guard lock(s.mu);
@@ -220,10 +221,20 @@ inline void fault_point([[maybe_unused]] int rank, [[maybe_unused]] std::string_
   s.seen[rank].push_back(name);
   const int n = ++s.arrivals[{rank, name}];
   for (const auto& f : s.faults)
-    if (f.rank == rank && f.step == name && f.nth == n)
-      throw transport_error("fault injected by the test's fault plan at rank " + std::to_string(rank) + "'s step '" +
-                            name + "'");
+    if (f.rank == rank && f.step == name && f.nth == n) return true;
 #endif
+  return false;
+}
+
+/// The error a fault of the plan raises.
+inline transport_error injected_fault(std::string_view step) {
+  return transport_error("fault injected by the test's fault plan at step '" + std::string(step) + "'");
+}
+
+/// Throws the injected fault when the test build's fault plan fails `rank` at this arrival at `step`; elsewhere does
+/// nothing. The selection's probes call it per candidate.
+inline void fault_point(int rank, std::string_view step) {
+  if (fault_due(rank, step)) throw injected_fault(step);
 }
 
 /// Whether a test build's fault plan cuts ranks `a` and `b` apart (either order); false elsewhere.
@@ -297,9 +308,12 @@ std::vector<Payload> vote(bootstrap::bootstrap_ref boot, std::string_view step, 
   b.head.step = detail::step_hash(step);
   b.head.ok = 1;
   std::exception_ptr agreed;  // a failure every rank already threw (an inner vote's)
+  // A planned fault fails the step after its local work, as its last action failing would: the work may itself take
+  // part in collective steps (a transport built inside the step), which the peers need this rank to join.
+  const bool fault = fault_due(me, step);
   try {
-    fault_point(me, step);
     local();
+    if (fault) throw injected_fault(step);
   } catch (const bootstrap_error&) {
     throw;
   } catch (const vote_failure& f) {

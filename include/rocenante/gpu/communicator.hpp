@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -21,6 +22,8 @@
 #include "../algorithm/one_shot.hpp"
 #include "../algorithm/ring.hpp"
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
+#include "../core/capabilities.hpp"
 #include "../core/cuda_check.hpp"
 #include "../core/options.hpp"
 #include "../core/status.hpp"
@@ -29,6 +32,7 @@
 #include "../kernel/collectives.cuh"
 #include "../reduce/sum.hpp"
 #include "../transport/cuda_window.hpp"
+#include "lifetime.hpp"
 #include "topology.hpp"
 
 namespace rocenante::gpu {
@@ -54,61 +58,62 @@ class communicator {
   using handle_type = typename Transport::handle_type;
   static constexpr int threads = kernel::threads_per_block;
 
+  /// Collective set-up. Every local step is a set-up vote (bootstrap/vote.hpp): a step that fails on any rank fails
+  /// every rank with the same error, naming the rank, the step and the reason.
   template <bootstrap::bootstrap B>
   communicator(B& boot, const options& opts)
       : opts_(opts),
         layout_(host::agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts,
                                                                             Transport::name, !handle_type::shared_staging,
-                                                                            handle_type::shared_staging)),
-        transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
+                                                                            handle_type::shared_staging)) {
     bootstrap::bootstrap_ref b(boot);
-    ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
-    cudaDeviceProp prop{};
-    ROCENANTE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
-    topo_ = gather_topology(b, make_identity(device_, prop.uuid.bytes));
-    if (topo_.in_this_process() > 1 && lazy_module_loading())
-      throw config_error(
-          "rank " + std::to_string(b.rank()) + ": " + std::to_string(topo_.in_this_process()) +
-          " ranks share this process's CUDA context and CUDA loads kernels lazily: the first launch of a kernel "
-          "can wait for kernels already running, which are other ranks' collectives spinning on this rank, so a "
-          "collective would stall until the timeout. Set CUDA_MODULE_LOADING=EAGER in the environment (or with "
-          "setenv before the first CUDA call)");
-    enable_peer_access(b);
-    if constexpr (requires { transport_.narrow_scope(memory_scope::device); })
-      if (topo_.all_one_gpu()) transport_.narrow_scope(memory_scope::device);
-    check_co_residency(b);
-    // Load the reject kernel now. Under CUDA's lazy module loading (the default since CUDA 12.2) the first
-    // launch of a kernel loads its module, and that can wait for running kernels to finish: a rank refusing a
-    // call launches the reject kernel alone while its peers' kernels spin on its flags, so a lazy load there
-    // would stall the refusal until the peers time out. (Collective kernels are loaded by the first rank to
-    // launch them, before anyone waits on that kernel; the occupancy queries above load the built-in ones.)
-    {
+    // The transport's own steps are votes; this one also catches a rank that fails after its last (a thread that
+    // does not start), which would otherwise leave its peers waiting in the next step.
+    setup::vote(b, "gpu: transport", [&] { transport_.emplace(b, layout_, opts); });
+    topo_ = gather_topology(b, [&] {
+      ROCENANTE_CUDA_CHECK(cudaGetDevice(&device_));
+      cudaDeviceProp prop{};
+      ROCENANTE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+      return make_identity(device_, prop.uuid.bytes);
+    });
+    // Every remaining check and allocation is local; the vote that ends them is also the barrier that ends set-up.
+    setup::vote(b, "gpu: local set-up", [&] {
+      if (topo_.in_this_process() > 1 && lazy_module_loading())
+        throw config_error(
+            "rank " + std::to_string(b.rank()) + ": " + std::to_string(topo_.in_this_process()) +
+            " ranks share this process's CUDA context and CUDA loads kernels lazily: the first launch of a kernel "
+            "can wait for kernels already running, which are other ranks' collectives spinning on this rank, so a "
+            "collective would stall until the timeout. Set CUDA_MODULE_LOADING=EAGER in the environment (or with "
+            "setenv before the first CUDA call)");
+      enable_peer_access(b);
+      if constexpr (requires { transport_->narrow_scope(memory_scope::device); })
+        if (topo_.all_one_gpu()) transport_->narrow_scope(memory_scope::device);
+      check_co_residency(b);
+      // Load the reject kernel now. Under CUDA's lazy module loading (the default since CUDA 12.2) the first
+      // launch of a kernel loads its module, and that can wait for running kernels to finish: a rank refusing a
+      // call launches the reject kernel alone while its peers' kernels spin on its flags, so a lazy load there
+      // would stall the refusal until the peers time out. (Collective kernels are loaded by the first rank to
+      // launch them, before anyone waits on that kernel; the occupancy queries above load the built-in ones.)
       cudaFuncAttributes attr{};
       ROCENANTE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel::reject<handle_type>));
-    }
-    protocol::rank_state init{};
-    protocol::init_state(init, opts.first_sequence);
-    ROCENANTE_CUDA_CHECK(cudaMalloc(&state_, sizeof(protocol::rank_state)));
-    ROCENANTE_CUDA_CHECK(cudaMemcpy(state_, &init, sizeof init, cudaMemcpyHostToDevice));
-    ROCENANTE_CUDA_CHECK(cudaHostAlloc(&mirror_host_, sizeof(protocol::rank_state), cudaHostAllocMapped));
-    *mirror_host_ = init;
-    ROCENANTE_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mirror_dev_), mirror_host_, 0));
-    ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
-    ctx_.handle = transport_.handle();
-    ctx_.state = state_;
-    ctx_.mirror = mirror_dev_;
-    ctx_.policy = {opts.timeout_ns, opts.max_polls};
-    b.barrier();
+      protocol::rank_state init{};
+      protocol::init_state(init, opts.first_sequence);
+      kept_.create(init, b.rank());  // gpu/lifetime.hpp: outlives the graphs that capture this rank's kernels
+      ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
+      ctx_.handle = transport_->handle();
+      ctx_.state = kept_.state();
+      ctx_.mirror = kept_.mirror_device();
+      ctx_.policy = {opts.timeout_ns, opts.max_polls};
+    });
   }
 
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
 
-  /// Returns even when a peer is dead: this rank's kernels end by themselves (every wait is bounded).
-  ~communicator() {
-    if (state_) cudaFree(state_);
-    if (mirror_host_) cudaFreeHost(mirror_host_);
-  }
+  /// Returns even when a peer is dead: this rank's kernels end by themselves (every wait is bounded). Retires this
+  /// rank's state: a kernel of it still captured in a CUDA graph refuses at entry when replayed (fills NaN, counts
+  /// the call), and the state outlives such graphs (gpu/lifetime.hpp).
+  ~communicator() = default;
 
   int rank() const { return ctx_.handle.rank(); }
   int size() const { return ctx_.handle.ranks(); }
@@ -118,7 +123,7 @@ class communicator {
   const options& opts() const { return opts_; }
   const protocol::window_layout& layout() const { return layout_; }
   const device::context<handle_type>& device_context() const { return ctx_; }
-  Transport& transport() { return transport_; }
+  Transport& transport() { return *transport_; }
 
   /// Parts and CTAs of a collective of `count` elements of T with algorithm A (algorithm::plan_split); the same
   /// on every rank. A ring part is cut into n chunks, one per step, so its parts may be n x max_part_bytes (at 4
@@ -212,13 +217,21 @@ class communicator {
   /// graph) on a poisoned communicator; each of them filled its output with the poison value (docs/api.md).
   /// Reads the host-mapped mirror: no device synchronize; a kernel reads the same count from
   /// protocol::failures(device_context().state). Counted when the kernel that failed runs, not at launch.
-  std::uint64_t failures() const { return detail::load_acquire(&mirror_host_->failures); }
+  std::uint64_t failures() const { return detail::load_acquire(&kept_.mirror_host()->failures); }
+
+  /// Every guarantee of the library's protocol (core/capabilities.hpp), over any transport.
+  static constexpr rocenante::capabilities capabilities() { return rocenante::capabilities::protocol(); }
+
+  /// When `stream` is capturing a CUDA graph, that graph keeps this rank's state alive (gpu/lifetime.hpp). The
+  /// communicator's own launches do this; call it before capturing a kernel of yours that uses device_context().
+  void hold_in_capture(cudaStream_t stream) noexcept { kept_.hold_in_capture(stream); }
 
   /// Health without a device synchronize: reads the host-mapped mirror of the failure record.
   health check_health() const {
     health h;
-    if (detail::load_acquire(&mirror_host_->poison) != protocol::poisoned) return h;
-    h.failure = mirror_host_->failure;
+    const protocol::rank_state* mirror = kept_.mirror_host();
+    if (detail::load_acquire(&mirror->poison) != protocol::poisoned) return h;
+    h.failure = mirror->failure;
     h.state = host::failure_status(h.failure);
     h.message = host::describe_failure(rank(), h.failure);
     return h;
@@ -320,7 +333,7 @@ class communicator {
                   algorithm::poison_span fill) {
     algorithm::poison_list safe{};
     if (host::refusal_fills(out, count, elem, opts_.capacity_bytes)) safe.span[0] = fill;
-    if (detail::load_acquire(&mirror_host_->poison) == protocol::poisoned) {
+    if (detail::load_acquire(&kept_.mirror_host()->poison) == protocol::poisoned) {
       // Nothing to take part in: the reject kernel returns at entry after filling and counting.
       (void)launch(kernel::reject<handle_type>, 1, threads, stream, capacity_, ctx_, safe);
       (void)cudaGetLastError();
@@ -377,6 +390,7 @@ class communicator {
     last_stream_ = stream;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_ && fits && same_stream ? 1 : 0;
+    kept_.hold_in_capture(stream);
     return cudaLaunchKernelEx(&cfg, fn, std::forward<Args>(args)...);
   }
 
@@ -465,7 +479,7 @@ class communicator {
 
   options opts_;
   protocol::window_layout layout_;
-  Transport transport_;
+  std::optional<Transport> transport_;  ///< constructed inside a set-up vote
   int device_ = 0;
   int sharing_ = 1;  ///< ranks of this communicator on this GPU
   int sms_ = 0;
@@ -473,9 +487,7 @@ class communicator {
   bool pdl_ = false;            ///< programmatic dependent launch (set_programmatic_launch)
   cudaStream_t last_stream_ = nullptr;  ///< stream of this rank's previous launch (programmatic only on the same one)
   topology topo_;  ///< every rank's host, GPU and process (gpu/topology.hpp)
-  protocol::rank_state* state_ = nullptr;
-  protocol::rank_state* mirror_host_ = nullptr;
-  protocol::rank_state* mirror_dev_ = nullptr;
+  lifetime::kept_state kept_;  ///< state and mirror; after transport_, so destroyed (retired) before the windows
   device::context<handle_type> ctx_{};
   std::string last_error_;
 };

@@ -16,9 +16,11 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../bootstrap/concepts.hpp"
+#include "../bootstrap/vote.hpp"
 #include "../core/env.hpp"
 #include "../core/error.hpp"
 #include "../core/identity.hpp"
@@ -106,13 +108,21 @@ struct topology {
   }
 };
 
-/// Collective: every rank publishes `mine` (one bootstrap all_gather).
-inline topology gather_topology(bootstrap::bootstrap_ref b, const device_identity& mine) {
+/// Collective: every rank publishes the identity `make()` returns (a set-up vote, step "gpu: topology": a rank whose
+/// queries throw fails every rank with the same error, bootstrap/vote.hpp).
+template <class Make>
+  requires std::is_invocable_r_v<device_identity, Make&>
+topology gather_topology(bootstrap::bootstrap_ref b, Make&& make) {
+  device_identity mine{};
   topology t;
   t.rank = b.rank();
-  t.ids.resize(static_cast<std::size_t>(b.size()));
-  b.all_gather(&mine, t.ids.data(), sizeof(device_identity));
+  t.ids = setup::vote(b, "gpu: topology", mine, [&] { mine = make(); });
   return t;
+}
+
+/// Collective: every rank publishes `mine`.
+inline topology gather_topology(bootstrap::bootstrap_ref b, const device_identity& mine) {
+  return gather_topology(b, [&] { return mine; });
 }
 
 /// Why `sharing` ranks of `ctas` CTAs each cannot all be resident on a GPU of `sms` SMs with `per_sm` CTAs per
