@@ -726,6 +726,113 @@ TEST_SUITE("gpu.graph") {
   }
 }
 
+TEST_SUITE("gpu.graph") {
+  TEST_CASE("a graph replayed after its communicator was destroyed and rebuilt is refused at entry: all NaN, counted in "
+            "the old state, no wait for a peer; the old state is never the new one's; the rebuilt communicator works") {
+    const int n = 2;
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 20;
+    o.timeout_ns = 2'000'000'000ull;  // a replay that waited for a peer would take this long
+    const std::size_t count = 4096;
+    const std::uint32_t nan_bits = 0x7fc00000;
+    std::atomic<int> bad{0};
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+      const int r = b.rank();
+      gpu_rank gr;
+      dev_buf<float> din(count), dout(count);
+      pinned<float> hin(count), hout(count);
+      pinned<std::uint64_t> old_failures(1);
+      for (std::size_t i = 0; i < count; ++i) hin[i] = float(r + 1);
+      cudaMemcpy(din.p, hin.p, count * sizeof(float), cudaMemcpyHostToDevice);
+      auto download = [&] {
+        cudaMemcpyAsync(hout.p, dout.p, count * sizeof(float), cudaMemcpyDeviceToHost, gr.stream);
+        return cudaStreamSynchronize(gr.stream) == cudaSuccess;
+      };
+      auto all_nan = [&] {
+        for (std::size_t i = 0; i < count; ++i) {
+          std::uint32_t u;
+          std::memcpy(&u, &hout[i], 4);
+          if (u != nan_bits) return false;
+        }
+        return true;
+      };
+      cudaGraph_t graph{};
+      cudaGraphExec_t exec{};
+      protocol::rank_state* old_state = nullptr;
+      {
+        gpu::communicator<> comm(b, o);
+        cudaDeviceSynchronize();
+        b.barrier();  // no device-synchronising call until every rank has replayed
+        cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal);
+        const status st = comm.all_reduce(din.p, dout.p, count, gr.stream);
+        cudaStreamEndCapture(gr.stream, &graph);
+        if (st != status::ok || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) ++bad;
+        cudaGraphLaunch(exec, gr.stream);
+        if (!download() || hout[0] != 3.0f || hout[count - 1] != 3.0f) ++bad;
+        old_state = comm.device_context().state;
+        b.barrier();  // every rank's replay done before any rank destroys its communicator
+      }
+      b.barrier();
+      gpu::communicator<> rebuilt(b, o);
+      // The old graph holds the old state: the allocator cannot have given it to the rebuilt communicator.
+      if (rebuilt.device_context().state == old_state) ++bad;
+      cudaDeviceSynchronize();
+      b.barrier();
+      for (std::uint64_t rep = 1; rep <= 2; ++rep) {
+        cudaMemsetAsync(dout.p, 0, count * sizeof(float), gr.stream);
+        const auto t0 = std::chrono::steady_clock::now();
+        cudaGraphLaunch(exec, gr.stream);
+        const bool ran = download();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        cudaMemcpyAsync(old_failures.p, &old_state->failures, sizeof(std::uint64_t), cudaMemcpyDeviceToHost, gr.stream);
+        cudaStreamSynchronize(gr.stream);
+        MESSAGE("rank " << r << " replay " << rep << " of the destroyed communicator's graph: " << ms << " ms, output "
+                        << (all_nan() ? "all NaN" : "NOT all NaN") << ", old failures " << old_failures[0]);
+        if (!ran || !all_nan() || old_failures[0] != rep || ms > 1000.0) ++bad;
+      }
+      // The rebuilt communicator is untouched by the refused replays and works.
+      if (rebuilt.failures() != 0 || !rebuilt.check_health().ok()) ++bad;
+      b.barrier();
+      cudaMemsetAsync(dout.p, 0, count * sizeof(float), gr.stream);
+      if (rebuilt.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
+      if (!download() || hout[0] != 3.0f || hout[count - 1] != 3.0f) ++bad;
+      b.barrier();
+      // Without its graph the old state is handed back (CUDA's thread) and freed by a later set-up or teardown.
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaDeviceSynchronize();
+      b.barrier();
+      if (r == 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (gpu::lifetime::graveyard().pending() < std::size_t(n) &&
+               std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        MESSAGE("old states handed back: " << gpu::lifetime::graveyard().pending() << " of " << n);
+        if (gpu::lifetime::graveyard().pending() != std::size_t(n)) ++bad;
+      }
+      b.barrier();
+    });
+    // The rebuilt communicators' teardown freed what the graphs had held.
+    CHECK(gpu::lifetime::graveyard().pending() == 0);
+    CHECK(bad.load() == 0);
+  }
+
+  TEST_CASE("a communicator none of whose kernels was captured frees its state at once") {
+    options o = gpu::default_options();
+    o.capacity_bytes = 1 << 16;
+    std::atomic<int> bad{0};
+    host::spawn_ranks(1, [&](bootstrap::in_process& b) {
+      gpu::communicator<> comm(b, o);
+      gpu_rank gr;
+      dev_buf<float> d(256);
+      cudaMemset(d.p, 0, 1024);
+      if (comm.all_reduce(d.p, d.p, 256, gr.stream) != status::ok || cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;
+    });
+    CHECK(gpu::lifetime::graveyard().pending() == 0);
+    CHECK(bad.load() == 0);
+  }
+}
+
 /// The last rank never launches: every other rank reports it by name within the timeout + 1 s without a device
 /// synchronize, its kernel ends by itself, and later calls are no-ops. At 2 ranks a call of at most 64 KiB takes
 /// the LL path (one_shot::uses_ll), whose waits are the inline checks, not wait_one.
