@@ -15,7 +15,11 @@
 //     drains its stream (bounded), destroys the graph, the communicator and the bootstrap, and with the
 //     replacement builds generation 1 (bootstrap on rank 0's port + 1, a new gpu::selected_communicator) within
 //     10 s of the failure; then all four run the 1,000 mixed collectives and 20 replays of a new graph, exact and
-//     byte-identical (the replacement included).
+//     byte-identical (the replacement included);
+//   - N = 2, ROCENANTE_TRANSPORT=auto and the test build's fault plan (bootstrap/vote.hpp, ROCENANTE_TEST_FAULT): a
+//     fault at each step of cuda_ipc's set-up on rank 1 lands both ranks on the same next transport (socket where
+//     there is no RDMA device) with the same reason, never a bootstrap error; cuda_ipc and socket both failing
+//     leave nccl, on which both ranks run or both fail alike.
 // Without MPS the processes time-slice the GPU (a rank's kernel spins until its peers' slices come): correctness
 // only, never speed; the program prints whether an MPS daemon was running. It never starts MPS itself.
 //
@@ -546,6 +550,42 @@ int rank_recover() {
   return 0;
 }
 
+/// The GPU start-up selection under the fault plan of ROCENANTE_TEST_FAULT (bootstrap/vote.hpp; every process reads
+/// it, only the rank it names fails), then one exact all-reduce on what was chosen: prints the transport and the
+/// reason, or the error set-up threw (exit 3), and every step this rank reached (steps=, '|' between).
+int rank_select_fault() {
+  use_gpu();
+  bootstrap::tcp boot = bootstrap::tcp::from_env();
+  options o = gpu::default_options();
+  o.capacity_bytes = 1 << 20;
+  auto steps = [&] {
+    std::string all;
+    for (const std::string& st : setup::testing::steps_seen(boot.rank())) all += (all.empty() ? "" : "|") + st;
+    return all;
+  };
+  try {
+    gpu::selected_communicator c(boot, o);
+    std::printf("transport=%s\nreason=%s\nsteps=%s\n", host::to_string(c.transport()), c.selected().reason.c_str(),
+                steps().c_str());
+    constexpr std::size_t count = 4096;
+    rank_buffers b(count * sizeof(float), boot.size());
+    auto* in = static_cast<float*>(b.hin);
+    auto* out = static_cast<float*>(b.hout);
+    for (std::size_t i = 0; i < count; ++i) in[i] = float(boot.rank() + 1);
+    cudaMemcpyAsync(b.din, in, count * sizeof(float), cudaMemcpyHostToDevice, b.stream);
+    const status st = c.all_reduce(static_cast<const float*>(b.din), static_cast<float*>(b.dout), count, b.stream);
+    cudaMemcpyAsync(out, b.dout, count * sizeof(float), cudaMemcpyDeviceToHost, b.stream);
+    const bool ran = cudaStreamSynchronize(b.stream) == cudaSuccess;
+    const float want = float(boot.size() * (boot.size() + 1) / 2);
+    std::printf("all_reduce=%s\n", st == status::ok && ran && out[0] == want && out[count - 1] == want ? "ok" : "wrong");
+    return 0;
+  } catch (const error& e) {
+    std::printf("error=%s\nkind=%s\nsteps=%s\n", e.what(), dynamic_cast<const transport_error*>(&e) ? "transport_error" : "other",
+                steps().c_str());
+    return 3;
+  }
+}
+
 /// Whether this machine has a usable GPU (run in a child: the parent stays CUDA-free). 0: yes; 77: no.
 int rank_probe() {
   if (const std::string why = gtest::no_gpu_reason(); !why.empty()) {
@@ -561,7 +601,11 @@ int rank_main(const std::string& scenario) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // A lazy kernel load can wait for running kernels (docs/api.md §5); before the first CUDA call.
   ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-  return run_scenario(scenario, {{"probe", rank_probe}, {"world", rank_world}, {"kill", rank_kill}, {"recover", rank_recover}});
+  return run_scenario(scenario, {{"probe", rank_probe},
+                                 {"world", rank_world},
+                                 {"kill", rank_kill},
+                                 {"recover", rank_recover},
+                                 {"select_fault", rank_select_fault}});
 }
 
 // ---- the parent -----------------------------------------------------------------------------------------------
@@ -768,7 +812,82 @@ void check_recover(const std::string& transport) {
   }
 }
 
+/// Splits "a|b|c" (rank_select_fault's steps=).
+std::vector<std::string> split_steps(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= s.size() && !s.empty()) {
+    const std::size_t bar = std::min(s.find('|', at), s.size());
+    out.push_back(s.substr(at, bar - at));
+    at = bar + 1;
+  }
+  return out;
+}
+
+/// Every rank ended the same way: the same transport and reason, or the same error; never a bootstrap error.
+void check_same_ending(const std::vector<rank_result>& rs) {
+  for (const rank_result& r : rs) {
+    CAPTURE(r.rank);
+    CHECK(r.value("transport") == rs[0].value("transport"));
+    CHECK(r.value("reason") == rs[0].value("reason"));
+    CHECK(r.value("error") == rs[0].value("error"));
+    CHECK(r.value("kind") != "other");
+    if (r.exit_code == 0) CHECK(r.value("all_reduce") == "ok");
+  }
+}
+
 }  // namespace
+
+TEST_SUITE("gpu.multiprocess.faults") {
+  TEST_CASE("auto with 2 processes on one GPU: a fault at each step of cuda_ipc's set-up on rank 1 lands every rank on "
+            "the same next transport (socket where there is no RDMA device) with the same reason; then cuda_ipc and "
+            "socket failing leave nccl") {
+    MESSAGE(mps_line());
+    std::map<std::string, std::string> env = world_env("auto", "20000");
+    std::vector<std::string> steps;
+    {
+      const auto rs = run_world("select_fault", 2, 2, env, {}, std::chrono::seconds(180));
+      INFO(all_output(rs));
+      REQUIRE(rs.size() == 2);
+      for (const rank_result& r : rs) CHECK(r.exit_code == 0);
+      REQUIRE(rs[1].value("transport") == "cuda_ipc");
+      steps = split_steps(rs[1].value("steps"));
+    }
+    // cuda_ipc's own steps: its probe, and everything from its build to its self-test.
+    std::vector<std::string> ipc;
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (steps[i] == "probe cuda_ipc" || (std::find(steps.begin(), steps.begin() + i + 1, "build cuda_ipc") !=
+                                           steps.begin() + i + 1))
+        ipc.push_back(steps[i]);
+    for (const char* want : {"probe cuda_ipc", "build cuda_ipc", "agree on options", "gpu: transport", "cuda_ipc: window",
+                             "cuda_ipc: descriptor sockets", "cuda_ipc: import windows", "gpu: topology",
+                             "gpu: local set-up", "connectivity of cuda_ipc", "self-test on cuda_ipc"})
+      CHECK_MESSAGE(std::find(ipc.begin(), ipc.end(), want) != ipc.end(), want);
+    for (const std::string& step : ipc) {
+      CAPTURE(step);
+      env["ROCENANTE_TEST_FAULT"] = "1@" + step;
+      const auto rs = run_world("select_fault", 2, 2, env, {}, std::chrono::seconds(180));
+      INFO(all_output(rs));
+      REQUIRE(rs.size() == 2);
+      check_same_ending(rs);
+      CHECK(rs[0].exit_code == 0);
+      CHECK(rs[0].value("transport") != "cuda_ipc");
+      CHECK(rs[0].value("reason").find("cuda_ipc unusable: rank 1: ") == 0);
+      CHECK(rs[0].value("reason").find("'" + step + "'") != std::string::npos);
+      MESSAGE(step << " -> " << rs[0].value("transport"));
+    }
+    // cuda_ipc and socket both failing on rank 1: nccl, which cannot put two ranks on one GPU (or is not installed):
+    // every rank fails the same way, or every rank runs over it.
+    env["ROCENANTE_TEST_FAULT"] = "1@build cuda_ipc; 1@connection cards";
+    const auto rs = run_world("select_fault", 2, 2, env, {}, std::chrono::seconds(180));
+    INFO(all_output(rs));
+    REQUIRE(rs.size() == 2);
+    check_same_ending(rs);
+    if (rs[0].exit_code == 0) CHECK(rs[0].value("transport") == "nccl");
+    else CHECK(rs[0].value("error").find("nccl") != std::string::npos);
+    MESSAGE("after cuda_ipc and socket: " << (rs[0].exit_code == 0 ? rs[0].value("transport") : rs[0].value("error")));
+  }
+}
 
 // Case names have no commas: doctest's -tc takes a comma-separated list (e.g. -tc='socket with 4*').
 TEST_SUITE("gpu.multiprocess") {

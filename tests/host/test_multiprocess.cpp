@@ -132,6 +132,26 @@ int rank_collectives() {
   return 0;
 }
 
+/// The start-up selection with the fault plan of ROCENANTE_TEST_FAULT (bootstrap/vote.hpp; every process reads it,
+/// only the rank it names fails): prints the transport chosen and the decision, or the error set-up threw (exit 3).
+int rank_select_fault() {
+  try {
+    bootstrap::tcp boot = bootstrap::tcp::from_env();
+    options o;
+    o.capacity_bytes = 64 * 1024;
+    o.timeout_ns = 10'000'000'000ull;
+    host::selected_communicator c(boot, o);
+    std::printf("transport=%s\nreason=%s\n", host::to_string(c.transport()), c.selected().reason.c_str());
+    return 0;
+  } catch (const error& e) {
+    std::printf("error=%s\nkind=%s\n", e.what(),
+                dynamic_cast<const bootstrap_error*>(&e) ? "bootstrap_error"
+                : dynamic_cast<const transport_error*>(&e) ? "transport_error"
+                                                           : "other");
+    return 3;
+  }
+}
+
 /// Rank TEST_KILL_RANK (default 2) kills itself with SIGKILL after 50 collectives (one_shot, or ring with
 /// TEST_ALGO=ring); the others report it by name and print how long they waited (since their last good call).
 int rank_kill() {
@@ -504,6 +524,44 @@ TEST_SUITE("host.multiprocess.collectives") {
   }
 }
 
+TEST_SUITE("host.multiprocess.faults") {
+  TEST_CASE("processes over bootstrap::tcp: a fault at each set-up step on rank 1 ends every process with the same "
+            "transport_error within seconds, never a bootstrap error from ranks at different steps") {
+    // The clean run's steps on rank 1, as the fault plan names them (auto across processes: ibverbs, then socket).
+    const std::vector<std::string> steps = {"transport probes", "probe ibverbs", "probe socket", "build socket",
+                                            "agree on options", "connection cards", "connectivity of socket",
+                                            "self-test on socket"};
+    {
+      const auto rs = run_world("select_fault", 3, 3, {});
+      INFO(all_output(rs));
+      REQUIRE(rs.size() == 3);
+      for (const auto& r : rs) {
+        CHECK(r.exit_code == 0);
+        CHECK(r.value("transport") == "socket");
+      }
+    }
+    for (const std::string& step : steps) {
+      CAPTURE(step);
+      const auto rs = run_world("select_fault", 3, 3, {{"ROCENANTE_TEST_FAULT", "1@" + step}}, {}, std::chrono::seconds(60));
+      INFO(all_output(rs));
+      REQUIRE(rs.size() == 3);
+      for (const auto& r : rs) {
+        if (step == "probe ibverbs") {  // a candidate the ranks could not use anyway: socket serves
+          CHECK(r.exit_code == 0);
+          CHECK(r.value("transport") == "socket");
+          continue;
+        }
+        CHECK(r.exit_code == 3);
+        CHECK(r.value("kind") == "transport_error");
+        CHECK(r.value("error") == rs[0].value("error"));
+        CHECK(r.value("error").find("rank 1") != std::string::npos);
+        CHECK(r.value("error").find("'" + step + "'") != std::string::npos);
+        CHECK(r.seconds < 20.0);
+      }
+    }
+  }
+}
+
 TEST_SUITE("host.multiprocess.recovery") {
   TEST_CASE("rank 2 of 4 killed with SIGKILL, restarted: all four rebuild within 10 s and run 1,000 exact collectives") {
     // Where collectives are slow (the Soft-RoCE VM, where this case runs again over ibverbs, 4 ranks on 2 emulated
@@ -549,6 +607,7 @@ int main(int argc, char** argv) {
     return run_scenario(argv[2], {{"exchange", rank_exchange},
                                   {"expect_failure", rank_expect_failure},
                                   {"collectives", rank_collectives},
+                                  {"select_fault", rank_select_fault},
                                   {"kill", rank_kill},
                                   {"spark", rank_spark},
                                   {"recover", rank_recover}});

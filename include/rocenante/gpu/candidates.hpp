@@ -27,14 +27,7 @@ using host::verdict;
 /// The GPU executor's candidates (host::candidate_rules).
 struct gpu_candidates {
   static std::vector<transport_kind> order(env::transport_choice c) {
-    switch (c) {
-      case env::transport_choice::ibverbs: return {transport_kind::ibverbs};
-      case env::transport_choice::nccl: return {transport_kind::nccl};
-      case env::transport_choice::loopback: return {transport_kind::loopback};
-      case env::transport_choice::socket: return {transport_kind::socket};
-      case env::transport_choice::cuda_ipc: return {transport_kind::cuda_ipc};
-      case env::transport_choice::automatic: break;
-    }
+    if (const auto k = host::forced_kind(c)) return {*k};
     return {transport_kind::cuda_ipc, transport_kind::ibverbs, transport_kind::socket, transport_kind::nccl};
   }
 

@@ -30,14 +30,7 @@ namespace rocenante::host {
 struct host_candidates {
   /// What each choice probes, in preference order: auto -> ibverbs, loopback, socket.
   static std::vector<transport_kind> order(env::transport_choice c) {
-    switch (c) {
-      case env::transport_choice::ibverbs: return {transport_kind::ibverbs};
-      case env::transport_choice::nccl: return {transport_kind::nccl};
-      case env::transport_choice::loopback: return {transport_kind::loopback};
-      case env::transport_choice::socket: return {transport_kind::socket};
-      case env::transport_choice::cuda_ipc: return {transport_kind::cuda_ipc};
-      case env::transport_choice::automatic: break;
-    }
+    if (const auto k = host::forced_kind(c)) return {*k};
     return {transport_kind::ibverbs, transport_kind::loopback, transport_kind::socket};
   }
   static verdict probe(transport_kind k, int rank, const env::settings& s) {

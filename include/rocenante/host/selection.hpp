@@ -267,6 +267,19 @@ struct select_config {
   bool self_test = true;
 };
 
+/// The one transport a forced choice names (ROCENANTE_TRANSPORT other than auto); none for auto.
+inline std::optional<transport_kind> forced_kind(env::transport_choice c) {
+  switch (c) {
+    case env::transport_choice::ibverbs: return transport_kind::ibverbs;
+    case env::transport_choice::nccl: return transport_kind::nccl;
+    case env::transport_choice::loopback: return transport_kind::loopback;
+    case env::transport_choice::socket: return transport_kind::socket;
+    case env::transport_choice::cuda_ipc: return transport_kind::cuda_ipc;
+    case env::transport_choice::automatic: break;
+  }
+  return std::nullopt;
+}
+
 /// Where a candidate needs its ranks to run.
 enum class placement : std::uint8_t { anywhere, one_process, one_host };
 
