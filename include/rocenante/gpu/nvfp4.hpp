@@ -23,6 +23,7 @@ namespace nvfp4_detail {
 template <class Transport>
 status refuse(communicator<Transport>& c, cudaStream_t stream, const std::string& reason, std::string* why,
               const algorithm::poison_list& fill = {}) {
+  c.hold_in_capture(stream);  // a graph capturing this keeps the state alive (gpu/lifetime.hpp)
   kernel::reject<typename Transport::handle_type><<<1, kernel::threads_per_block, 0, stream>>>(c.device_context(), fill);
   (void)cudaGetLastError();
   if (why) *why = "rocenante rank " + std::to_string(c.rank()) + ": " + reason +
@@ -58,6 +59,7 @@ status all_reduce_fp4(communicator<Transport>& c, const T* in, T* out, std::size
                                 out != nullptr && count != 0 && count <= c.opts().capacity_bytes / sizeof(T)
                                     ? algorithm::poison_list{{algorithm::poison_of(out, count)}}
                                     : algorithm::poison_list{});
+  c.hold_in_capture(stream);
   kernel::nvfp4_all_reduce<R, typename Transport::handle_type>
       <<<parts, kernel::threads_per_block, 0, stream>>>(c.device_context(), in, out, count);
   return nvfp4_detail::launched(why);
@@ -81,6 +83,7 @@ status all_reduce_quantize(communicator<Transport>& c, const T* in, const algori
                                     : algorithm::poison_list{});
   const std::uint32_t parts = algorithm::one_shot_fp4::row_parts_for(e.rows, e.cols * sizeof(T), c.opts().min_part_bytes,
                                                                      c.max_ctas());
+  c.hold_in_capture(stream);
   kernel::nvfp4_all_reduce_quantize<T, typename Transport::handle_type>
       <<<parts, kernel::threads_per_block, 0, stream>>>(c.device_context(), in, e);
   return nvfp4_detail::launched(why);
@@ -102,6 +105,7 @@ status all_gather_nvfp4(communicator<Transport>& c, const algorithm::nvfp4_gathe
                                 count != 0 && count <= c.opts().capacity_bytes && g.cols % 16 == 0
                                     ? algorithm::poison_of(g, c.size())
                                     : algorithm::poison_list{});
+  c.hold_in_capture(stream);
   kernel::nvfp4_all_gather<typename Transport::handle_type>
       <<<parts, kernel::threads_per_block, 0, stream>>>(c.device_context(), g);
   return nvfp4_detail::launched(why);
