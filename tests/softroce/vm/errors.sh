@@ -30,8 +30,8 @@ ip link set r0 down
 sleep 1
 expect "DOWN device names the device" 3 "RDMA device rxe0 port 1: port is DOWN" -- env ROCENANTE_IB_HCA=rxe0 "$SOFTROCE_PROBE" comm
 expect "two ranks, rank 0's device DOWN: both fail set-up naming it" 3 \
-  "FAIL rank 0: correctness: ibverbs (seen by rank 0): set-up failed on rank 0: RDMA device rxe0 port 1: port is DOWN" \
-  "FAIL rank 1: correctness: ibverbs (seen by rank 1): set-up failed on rank 0: RDMA device rxe0 port 1: port is DOWN" \
+  "FAIL rank 0: correctness: set-up step 'connection cards' failed on rank 0: RDMA device rxe0 port 1: port is DOWN" \
+  "FAIL rank 1: correctness: set-up step 'connection cards' failed on rank 0: RDMA device rxe0 port 1: port is DOWN" \
   -- mpi 2 correctness
 ip link set r0 up
 echo "$pass passed, $fail failed"
