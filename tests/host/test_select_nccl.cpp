@@ -113,6 +113,19 @@ std::vector<std::string> build_on(int n, const std::vector<const api::library*>&
   return errors;
 }
 
+/// One rank over library `l`, with options::timeout_ns `timeout_ns`.
+struct world_of_one {
+  bootstrap::in_process_world world{1};
+  bootstrap::in_process boot{world, 0};
+  transport::nccl t;
+  world_of_one(const api::library& l, std::uint64_t timeout_ns)
+      : t(bootstrap::bootstrap_ref(boot), l, [&] {
+          options o;
+          o.timeout_ns = timeout_ns;
+          return o;
+        }()) {}
+};
+
 }  // namespace
 
 TEST_SUITE("host.select.nccl") {
@@ -200,11 +213,8 @@ TEST_SUITE("host.select.nccl") {
   TEST_CASE("launch path: NCCL's results become the library's statuses; every call that fails is counted") {
     reset();
     const api::library fake = fake_library();
-    bootstrap::in_process_world world(1);
-    bootstrap::in_process boot(world, 0);
-    options o;
-    o.timeout_ns = 200'000'000;
-    transport::nccl t(bootstrap::bootstrap_ref(boot), fake, o);
+    world_of_one w(fake, 200'000'000);
+    transport::nccl& t = w.t;
     CHECK(t.capabilities() == capabilities{});
     CHECK(t.capabilities().missing() ==
           "NaN fill of a call that does not complete, failures() counting every such call, aborting the peers of a "
@@ -227,11 +237,8 @@ TEST_SUITE("host.select.nccl") {
   TEST_CASE("launch path: an enqueue that stays in progress past the timeout is a timeout, and poisons") {
     reset();
     const api::library fake = fake_library();
-    bootstrap::in_process_world world(1);
-    bootstrap::in_process boot(world, 0);
-    options o;
-    o.timeout_ns = 100'000'000;
-    transport::nccl t(bootstrap::bootstrap_ref(boot), fake, o);
+    world_of_one w(fake, 100'000'000);
+    transport::nccl& t = w.t;
     how.call_result = api::in_progress;
     how.async_state = api::in_progress;
     how.async_in_progress_polls = 1 << 30;
