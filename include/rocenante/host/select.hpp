@@ -168,6 +168,7 @@ class selected_communicator : public select_detail::host_base {
     for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring}) {
       if (!conn.allows(a) || (a == algorithm::algo::ring && n < 2)) continue;
       std::fill(out.begin(), out.end(), -1.0f);
+      ++setup_calls_;
       const status st = pass([&](auto& c) { return c.all_reduce(in.data(), out.data(), count, dtype::f32, a); });
       if (std::string why = self_test_check(a, st, last_error_, out.data(), count, n); !why.empty()) return why;
     }

@@ -576,9 +576,11 @@ selection settle(bootstrap::bootstrap_ref b, vote_table& t, const select_config&
   }
 }
 
-/// The decision's log line, once per rank: INFO, or WARN when some ranks could have used an earlier candidate or
-/// the chosen transport lacks some of the library's guarantees (`caps`: core/capabilities.hpp).
-inline void log_decision(const vote_table& t, const selection& sel, int rank, int size, const rocenante::capabilities& caps) {
+/// The decision as the start-up log line states it: selection::summary(), with more than one rank the algorithm
+/// clause (which algorithm a call that names none runs, and up to which size), and the guarantees of the library the
+/// chosen transport lacks (`caps`: core/capabilities.hpp), if any.
+inline std::string decision_line(const selection& sel, int size,
+                                 const rocenante::capabilities& caps = rocenante::capabilities::protocol()) {
   std::string line = sel.summary();
   if (sel.chosen != transport_kind::none && size > 1) {
     const std::uint64_t lim = algorithm::one_shot_limit(size);
@@ -591,7 +593,14 @@ inline void log_decision(const vote_table& t, const selection& sel, int rank, in
   }
   if (!caps.all())
     line += "; " + std::string(to_string(sel.chosen)) + " does not give " + caps.missing() + " (docs/api.md §1.2)";
-  log_line(sel.split || !caps.all() ? log_level::warn : log_level::info, t.settings.debug, rank, line);
+  return line;
+}
+
+/// The decision's log line, once per rank: INFO, or WARN when some ranks could have used an earlier candidate or
+/// the chosen transport lacks some of the library's guarantees.
+inline void log_decision(const vote_table& t, const selection& sel, int rank, int size, const rocenante::capabilities& caps) {
+  log_line(sel.split || !caps.all() ? log_level::warn : log_level::info, t.settings.debug, rank,
+           decision_line(sel, size, caps));
 }
 
 /// The start-up collective (every executor's): rank r contributes small integers, exact in fp32 in any summation
@@ -624,6 +633,12 @@ class selected_base {
 
   /// The start-up decision, identical on every rank.
   const selection& selected() const { return sel_; }
+  /// The start-up decision as one line, identical on every rank: what the start-up log line says (decision_line).
+  std::string decision() const { return decision_line(sel_, size_, capabilities()); }
+  /// The sequence number of the first collective called after construction: options::first_sequence (after the
+  /// environment's settings) plus the start-up collectives that ran on the communicator that was kept. Identical on
+  /// every rank; messages name sequences, so a binding can count calls from here.
+  std::uint32_t first_call_sequence() const { return first_sequence_ + setup_calls_; }
   transport_kind transport() const { return sel_.chosen; }
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -742,8 +757,14 @@ class selected_base {
     const options o = t.settings.apply(opts);
     rank_ = b.rank();
     size_ = b.size();
+    first_sequence_ = o.first_sequence;
     sel_ = settle(
-        b, t, cfg, [&](transport_kind k) { self.build(b, k, o); }, [&] { comm_ = std::monostate{}; },
+        b, t, cfg,
+        [&](transport_kind k) {
+          setup_calls_ = 0;  // a new candidate starts at first_sequence again
+          self.build(b, k, o);
+        },
+        [&] { comm_ = std::monostate{}; },
         [&](transport_kind) { return built_reachable(); },
         [&](const connectivity_report& conn) { return self.self_test(conn, o); });
     log_decision(t, sel_, rank_, size_, capabilities());
@@ -770,6 +791,8 @@ class selected_base {
   selection sel_;
   int rank_ = 0, size_ = 1;
   std::string last_error_;
+  std::uint32_t first_sequence_ = 1;
+  std::uint32_t setup_calls_ = 0;  ///< start-up collectives run on comm_ (each self_test call counts one)
 };
 
 }  // namespace rocenante::host
