@@ -139,6 +139,7 @@ expect 'build-venv/bin$' "the venv's bin directory"
 # ---- docs/performance.md ---------------------------------------------------------------------------------------
 run 'docs/performance.md' 'for r in 0 1; do ROCENANTE_BOOTSTRAP=127.0.0.1:29600 ROCENANTE_RANK=$r ROCENANTE_WORLD_SIZE=2 build/benchmarks/rocenante-perf -b 16 -e 1M & done; wait'
 expect '# Out of bounds values : 0 OK' "the 2-process sweep's check"
+run 'docs/performance.md' 'ninja -C build benchmarks/soak/rocenante-soak'
 run 'docs/performance.md' 'build/benchmarks/soak/rocenante-soak --launch 2 --seconds 10 --json soak.json'
 python3 -c 'import json, sys; r = json.load(open("soak.json")); sys.exit(0 if r else 1)' || fail "soak.json is not JSON"
 printf '     checked: soak.json is JSON\n'
