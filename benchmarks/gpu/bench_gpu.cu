@@ -2,7 +2,10 @@
 // one stream per rank). Manual time from CUDA events around K collectives per rank; reported per collective.
 //
 // Names: all_reduce/<algorithm>/loopback/<dtype>/bytes:<N>/ranks:<R>[/graph:1], all_gather/one_shot/...,
-// copy/d2d/bytes:<N> (device-to-device copy bandwidth in the same run, read + write counted).
+// copy/d2d/bytes:<N> (device-to-device copy bandwidth in the same run, read + write counted). Besides the library's
+// algorithms, <algorithm> is a peer row: peer_vllm_one_shot, peer_vllm_two_shot, peer_trtllm_lamport_one_shot, the
+// published kernels of vLLM and TensorRT-LLM (benchmarks/gpu/peers.cuh; tools/gpu/peer-table.py sets them beside
+// the library's rows).
 // Counters: algbw and busbw (GB/s, nccl-tests formulas), and for all-reduce mem_GBps (the one-shot algorithm's
 // loads and stores: per rank (n-1)S stage writes + S stage reads + nS reduce reads + S writes; with parts sized for
 // L2, options::max_part_bytes, part of them is served by L2 and never reaches HBM).
@@ -17,6 +20,7 @@
 
 #include "copy_bench.cuh"
 #include "floor.cuh"
+#include "peers.cuh"
 
 #include <cstdio>
 #include <memory>
@@ -270,6 +274,78 @@ void register_floors() {
       }
 }
 
+// --- Peer rows (benchmarks/gpu/peers.cuh): the published kernels the library is judged against — vLLM's custom
+// all-reduce (one and two stages) and TensorRT-LLM's Lamport one-shot — written there from the published algorithms,
+// timed in the same world of streams and events, with the same collectives per iteration, as the library's rows.
+// They launch with their own published defaults: ROCENANTE_BENCH_MAX_CTAS and ROCENANTE_BENCH_PDL do not apply
+// (TRTLLM_ENABLE_PDL=0 turns TensorRT-LLM's programmatic launch off, as it does there). Each row's result is checked
+// on four seeded inputs before timing and once after; a wrong sum or a poll that gave up skips the row with an error.
+
+void bench_peer(benchmark::State& state, int n, peer_bench::kind k, std::size_t bytes, bool graph) {
+  auto& w = get_world<transport::cuda_loopback>(n);
+  static std::unique_ptr<peer_bench::world> pws[peer_bench::max_ranks + 1];
+  if (!pws[n]) pws[n] = std::make_unique<peer_bench::world>(n);
+  auto& pw = *pws[n];
+  const peer_bench::plan p = pw.plan_for(k, bytes, graph);
+  if (!pw.error().empty() || !p.error.empty()) {
+    state.SkipWithError((pw.error().empty() ? p.error : pw.error()).c_str());
+    return;
+  }
+  if (!pw.reset()) {
+    state.SkipWithError(pw.error().c_str());
+    return;
+  }
+  // Seeds 1..4 with their own inputs, so that a buffer or flag left from the collective before shows as a wrong sum
+  // (the Lamport row cycles its three buffers in three).
+  constexpr unsigned seeds = 4;
+  std::size_t wrong = 0;
+  for (unsigned seed = 1; seed <= seeds; ++seed) {
+    bool ok = pw.fill_inputs(bytes, seed);
+    for (int r = 0; r < n && ok; ++r) ok = pw.launch(p, r, w.streams[r]);
+    if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
+      state.SkipWithError("peer row: a launch of the check before timing failed");
+      return;
+    }
+    wrong += pw.count_wrong(bytes, seed);
+  }
+  state.counters["wrong"] = double(wrong);
+  if (wrong != 0 || pw.failed() != 0) {
+    state.SkipWithError(wrong != 0 ? "peer row: wrong sum before timing" : "peer row: a poll gave up before timing");
+    return;
+  }
+  time_launches(state, w, graph, [&](int r) { return pw.launch(p, r, w.streams[r]); });
+  const bool synced = cudaDeviceSynchronize() == cudaSuccess;
+  wrong = synced ? pw.count_wrong(bytes, seeds) : bytes / 2 * n;
+  state.counters["wrong"] = double(wrong);
+  if (!synced || wrong != 0 || pw.failed() != 0)
+    state.SkipWithError(wrong != 0 ? "peer row: wrong sum after timing" : "peer row: a poll gave up while timed");
+  const double factor = 2.0 * (n - 1) / n;
+  state.counters["algbw"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = benchmark::Counter(double(bytes) / 1e9 * factor, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ranks"] = n;
+  state.counters["bytes"] = double(bytes);
+  state.counters["ctas"] = p.grid;
+  state.counters["threads"] = p.threads;
+  state.counters["published_ctas"] = p.published_grid;
+  state.counters["capped"] = p.capped ? 1 : 0;
+  state.counters["pdl"] = p.pdl ? 1 : 0;
+  state.counters["staged"] = p.staged ? 1 : 0;
+  state.counters["auto"] = p.chosen ? 1 : 0;  // the published dispatch picks this kernel here
+}
+
+void register_peers() {
+  for (int n : {2, 4, 8})
+    for (std::size_t bytes : {8192ul, 49152ul, 262144ul, 1048576ul, 4194304ul})
+      for (int graph : {0, 1})
+        for (peer_bench::kind k :
+             {peer_bench::kind::vllm_one_shot, peer_bench::kind::vllm_two_shot, peer_bench::kind::trtllm_lamport_one_shot}) {
+          const std::string name = std::string("all_reduce/") + peer_bench::name(k) + "/loopback/bf16/bytes:" +
+                                   std::to_string(bytes) + "/ranks:" + std::to_string(n) + (graph ? "/graph:1" : "");
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_peer(s, n, k, bytes, graph); })
+              ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+        }
+}
+
 using rocenante_bench::bench_copy;
 
 template <class T>
@@ -306,6 +382,7 @@ int main(int argc, char** argv) {
   const std::vector<std::size_t> sizes = {256, 1024, 8192, 49152, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   register_type<__nv_bfloat16>("bf16", sizes, {2, 4, 8}, true);
   register_floors();
+  register_peers();
   for (std::size_t bytes : {8192ul, 49152ul, 262144ul, 1048576ul})
     for (int graph : {0, 1}) {
       const std::string name = "all_reduce/one_shot/loopback_proxy/bf16/bytes:" + std::to_string(bytes) + "/ranks:4" +
