@@ -16,8 +16,9 @@
 #             ranks on one GPU wait for each other inside their kernels, which the sanitizer serialises)
 #   bench     rocenante-bench-gpu (or --binary) with --filter, --env and --repetitions; JSON in the receipt
 #   receipt   build, then the receipt rows of docs/results/h200-loopback.json (decode sizes with floors, ring, proxy
-#             mode, eager, copy), test, sanitize, the large rows (1-64 MiB), the NVFP4 benchmark, the phase trace,
-#             and receipt.json (the decode and large rows merged by tools/gpu/merge-receipt.py)
+#             mode, eager, copy, and the peer rows beside them), test, sanitize, the large rows (1-64 MiB; peer rows
+#             at 1 and 4 MiB), the NVFP4 benchmark, the phase trace, and receipt.json (the decode and large rows
+#             merged by tools/gpu/merge-receipt.py)
 #   perf      the rocenante-perf sweeps (2, 4, 8 ranks on the one GPU, eager and graph, 8 B-64 MiB, every dtype and
 #             algorithm; all-gather; a world of one beside NCCL; proxy mode) with a JSON receipt each, the source of
 #             the `auto` table (algorithm/auto.hpp), and example 02 at 1 and 8 ranks (time and energy per step)
@@ -53,9 +54,16 @@
 #   --build DIR        build folder (default build-gpu; build-gpu-NAME with --variant)
 #   --arch LIST        gpu_archs for meson (default 90a)
 #   --variant NAME=FLAGS  build with extra nvcc flags (e.g. maxreg=-maxrregcount=96) in its own folder
-#   --filter REGEX     benchmark filter (bench; default: the receipt's decode rows)
+#   --filter REGEX     benchmark filter (bench; default: the receipt's decode rows). Two names stand for filters:
+#                      `peers`, the library's all-reduce rows (one_shot, two_shot, ring) beside the peer rows
+#                      (vLLM's and TensorRT-LLM's published kernels, benchmarks/gpu/peers.cuh) at 2/4/8 ranks,
+#                      8 KiB-1 MiB, bf16, CUDA graph, with the floors (3-4 minutes); `peers-rest`, the same at 4 MiB,
+#                      and eager launches at 4 ranks, 8 KiB-4 MiB. A run with peer rows adds
+#                      tools/gpu/peer-table.py's table to the summary (peers-NAME.txt): every cell's fastest library
+#                      and peer rows and their ratio. The bench command's benchmark may run until --deadline
 #   --env VAR=VALUE    environment of the benchmark (repeatable; default ROCENANTE_BENCH_MAX_CTAS=16 and
-#                      ROCENANTE_BENCH_PDL=1, the receipt's conditions)
+#                      ROCENANTE_BENCH_PDL=1, the receipt's conditions; the peer rows ignore both and launch with
+#                      their published defaults, TRTLLM_ENABLE_PDL=0 turns TensorRT-LLM's programmatic launch off)
 #   --binary NAME      rocenante-bench-gpu (default) or rocenante-bench-nvfp4
 #   --name NAME        the bench step's name (NAME.json, bench-NAME.log; default bench)
 #   --repetitions N    Google Benchmark repetitions (mean, median, stddev rows)
@@ -79,6 +87,7 @@
 # Examples:
 #   tools/gpu/run.sh deps                                       # here; then carry .deps on the device call
 #   tools/gpu/run.sh receipt --out "$OUT/receipt"               # on the GPU machine
+#   tools/gpu/run.sh build --targets benchmarks/gpu/rocenante-bench-gpu && tools/gpu/run.sh bench --filter peers --out "$OUT/peers"
 #   tools/gpu/run.sh python --out "$OUT/py" --tests build,pytest2   # on the GPU machine, then in a second call:
 #   tools/gpu/run.sh python --out "$OUT/py" --tests pytest4,example4,example1
 #   # two builds side by side in one device call, then one table of ratios:
@@ -276,14 +285,21 @@ do_sanitize() {
     step "sanitize-$tool" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/tests/gpu/test_gpu_collectives" -tc='*one rank*'
   done
 }
-# bench NAME BINARY FILTER: Google Benchmark with the --env variables, JSON in NAME.json, rows into the summary
+# bench NAME BINARY FILTER: Google Benchmark with the --env variables, JSON in NAME.json, rows into the summary;
+# where the run has peer rows, tools/gpu/peer-table.py's table of the library beside them (a failed peer row fails
+# the step)
 do_bench() {
-  local n=$1 bin=$B/benchmarks/gpu/$2 f=$3; need "benchmarks/gpu/$2" || return 1
+  local n=$1 bin=$B/benchmarks/gpu/$2 f=$3 r=0; need "benchmarks/gpu/$2" || return 1
   local extra=(); [ -z "$reps" ] || extra+=(--benchmark_repetitions="$reps")
-  step "bench-$n" 200 env "${envs[@]}" "$bin" --benchmark_filter="$f" --benchmark_out="$out/$n.json" \
-    --benchmark_out_format=json --benchmark_counters_tabular=true "${extra[@]}"
-  say "  environment: ${envs[*]}"
+  step "bench-$n" "${bench_limit:-200}" env "${envs[@]}" "$bin" --benchmark_filter="$f" --benchmark_out="$out/$n.json" \
+    --benchmark_out_format=json --benchmark_counters_tabular=true "${extra[@]}" || r=1
+  say "  environment: ${envs[*]} (the library's rows; peer rows launch with their published settings)"
   grep -E "^(all_|copy|floor|nvfp4|quantize)" "$out/bench-$n.log" | awk '{printf "  %-76s %10s %s\n", $1, $2, $3}' | tee -a "$S"
+  if grep -q '"all_reduce/peer_' "$out/$n.json" 2>/dev/null; then
+    python3 tools/gpu/peer-table.py "$out/$n.json" >"$out/peers-$n.txt" 2>&1 || r=1
+    sed 's/^/  /' "$out/peers-$n.txt" | tee -a "$S"
+  fi
+  return $r
 }
 
 # perf NAME ARGS...: one rocenante-perf run, its table in NAME.log and its receipt in NAME.json
@@ -429,15 +445,24 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.c
 }
 
 floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:192/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph'
-decode='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/one_shot/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
-large='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1'
+# peer rows (benchmarks/gpu/peers.cuh: vLLM's and TensorRT-LLM's published kernels) wherever the library has a row
+decode='all_reduce/(one_shot|ring|peer_[a-z_]+)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/(one_shot|peer_[a-z_]+)/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
+large='all_reduce/(one_shot|ring|peer_[a-z_]+)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1'
+# --filter peers: the library (one_shot, two_shot where built, ring) beside every peer row, CUDA graph, 2/4/8 ranks,
+# 8 KiB-1 MiB, with the floors at 8 and 48 KiB (about 80 rows, 3-4 minutes); --filter peers-rest: the other peer
+# cells a device call can hold, CUDA graph at 4 MiB (2/4/8 ranks) and eager launches at 4 ranks, 8 KiB-4 MiB
+# (`ranks:4/min_time`: the name goes on without /graph:1, the eager row; the filter is POSIX, without lookahead)
+lib_peer='all_reduce/(one_shot|two_shot|ring|peer_[a-z_]+)/loopback/bf16'
+peers="$lib_peer"'/bytes:(8192|49152|262144|1048576)/ranks:(2|4|8)/graph:1|floor/one_shot_minimal/bf16/bytes:(8192|49152)/ranks:(2|4|8)/ctas:16/threads:(192|256)/pdl:1/graph'
+peers_rest="$lib_peer"'/bytes:4194304/ranks:(2|4|8)/graph:1|'"$lib_peer"'/bytes:(8192|49152|262144|1048576|4194304)/ranks:4/min_time'
+case "$filter" in peers) filter=$peers ;; peers-rest) filter=$peers_rest ;; esac
 
 rc=0
 case "$cmd" in
   build) do_build || rc=1 ;;
   test) do_test || rc=1 ;;
   sanitize) do_sanitize || rc=1 ;;
-  bench) do_bench "$name" "$binary" "${filter:-$decode}" || rc=1 ;;
+  bench) bench_limit=$deadline do_bench "$name" "$binary" "${filter:-$decode}" || rc=1 ;;
   perf) do_perf || rc=1 ;;
   proxy) do_proxy || rc=1 ;;
   python) do_python || rc=1 ;;
