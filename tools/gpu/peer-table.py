@@ -6,10 +6,11 @@ eager launches; us per collective.
 Columns: the library's algorithms found (one_shot, two_shot, ring, ...), the floor (graph only: the fastest plain
 floor/one_shot_minimal row at that size and rank count, where the run has one), each peer row (peer_vllm_one_shot,
 peer_vllm_two_shot, peer_trtllm_lamport_one_shot: benchmarks/gpu/peers.cuh), then the fastest library row, the
-fastest peer row and their ratio peer/library (below 1: a peer is faster). Cell marks: `a` the peer's published
-dispatch picks that kernel at this size and rank count (counter auto), `*` its grid was capped so that every rank's
-blocks fit on the one GPU (counter capped), `ERR` the row failed (its error is listed under the table). Rows repeated
-with --benchmark_repetitions count by their median. Exit 1 if a peer row failed, 2 on bad usage or no rows."""
+fastest peer row, their ratio peer/library (below 1: a peer is faster) and the fastest peer row over the library's
+one_shot (peer/one_shot). Cell marks: `a` the peer's published dispatch picks that kernel at this size and rank
+count (counter auto), `*` its grid was capped so that every rank's blocks fit on the one GPU (counter capped), `ERR`
+the row failed (its error is listed under the table). Rows repeated with --benchmark_repetitions count by their
+median. Exit 1 if a peer row failed, 2 on bad usage or no rows."""
 import json
 import re
 import statistics
@@ -101,6 +102,8 @@ def table(grid, graph, title):
     peers = [a for a in PEER_ORDER if a in algs] + sorted(a for a in algs - set(PEER_ORDER) if a.startswith("peer_"))
     cols = lib + (["floor"] if graph and "floor" in algs else []) + peers
     head = ["ranks", "bytes"] + [short(c) for c in cols] + ["library best", "peer best", "peer/lib"]
+    if "one_shot" in lib:
+        head.append("peer/one_shot")
     lines, faster, compared = [], 0, 0
     body = []
     for k in keys:
@@ -117,6 +120,9 @@ def table(grid, graph, title):
             row.append(f"{ratio:.3f}{' PEER FASTER' if ratio < 1 else ''}")
         else:
             row.append("-")
+        if "one_shot" in lib:
+            one = c.get("one_shot")
+            row.append(f"{best_peer[0] / one[0]:.3f}" if best_peer and one and one[0] is not None else "-")
         body.append(row)
     widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
     lines.append(title)
