@@ -297,7 +297,7 @@ void bench_peer(benchmark::State& state, int n, peer_bench::kind k, std::size_t 
   }
   // Seeds 1..4 with their own inputs, so that a buffer or flag left from the collective before shows as a wrong sum
   // (the Lamport row cycles its three buffers in three).
-  constexpr unsigned seeds = 4;
+  constexpr unsigned seeds = peer_bench::check_seeds;
   std::size_t wrong = 0;
   for (unsigned seed = 1; seed <= seeds; ++seed) {
     bool ok = pw.fill_inputs(bytes, seed);
