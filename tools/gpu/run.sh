@@ -445,8 +445,9 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.c
 }
 
 floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:192/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph'
-# peer rows (benchmarks/gpu/peers.cuh: vLLM's and TensorRT-LLM's published kernels) wherever the library has a row
-decode='all_reduce/(one_shot|ring|peer_[a-z_]+)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/(one_shot|peer_[a-z_]+)/loopback/bf16/bytes:(8192|49152)/ranks:(2|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
+# peer rows (benchmarks/gpu/peers.cuh: vLLM's and TensorRT-LLM's published kernels) beside the library's graph rows
+# (18 rows, about a minute: the step's 200 s hold them; eager peer rows: --filter peers-rest)
+decode='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/(one_shot|peer_[a-z_]+)/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
 large='all_reduce/(one_shot|ring|peer_[a-z_]+)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1'
 # --filter peers: the library (one_shot, two_shot where built, ring) beside every peer row, CUDA graph, 2/4/8 ranks,
 # 8 KiB-1 MiB, with the floors at 8 and 48 KiB (about 80 rows, 3-4 minutes); --filter peers-rest: the other peer
