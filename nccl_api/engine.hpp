@@ -70,8 +70,6 @@ void* alloc(std::size_t bytes, std::string* why);
 void release(void* p);
 /// Copies `bytes` from `src` to `dst` (device memory) in `s`'s order; capturable.
 bool copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s);
-/// Whether `s` is capturing a CUDA graph now.
-bool capturing(cudaStream_t s);
 /// Switches the calling thread's stream-capture mode to relaxed and returns the previous mode (restore_capture
 /// puts it back): set-up work (NCCL's init, allocations) issued while a stream of this thread captures a graph in
 /// global or thread-local mode is otherwise refused by CUDA.

@@ -74,7 +74,6 @@ bool copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t) {
   std::memmove(dst, src, bytes);
   return true;
 }
-bool capturing(cudaStream_t) { return false; }
 int relax_capture() { return 0; }
 void restore_capture(int) {}
 }  // namespace platform
