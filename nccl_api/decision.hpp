@@ -6,7 +6,8 @@
 // and no rank waits in the library for a peer that went to NCCL (hazard H7: rank-divergent eligibility).
 //
 // Served: ncclAllReduce with ncclSum, and ncclAllGather, of ncclFloat32, ncclFloat16 or ncclBfloat16, 1 to
-// max_bytes bytes per rank (all-gather: the send count). Everything else is forwarded. Host only, no allocation:
+// max_bytes bytes per rank (all-gather: the send count); a call of count 0 is answered as done. Everything else is
+// forwarded. Host only, no allocation:
 // called on every collective.
 #pragma once
 
@@ -29,11 +30,12 @@ enum class collective_kind : std::uint8_t { all_reduce, all_gather };
 /// Where a call goes, and why when it is forwarded.
 enum class route : std::uint8_t {
   served = 0,
+  empty,           ///< count 0: nothing to move; answered here with ncclSuccess on every rank (NCCL's own answer), so
+                   ///< that an empty call never needs NCCL (nccl-tests' smallest all-gathers are empty per rank)
   disabled,        ///< the communicator serves nothing (ROCENANTE_NCCL_MAX_BYTES=0, ROCENANTE_TRANSPORT=nccl, or the
                    ///< library communicator could not be built on every rank: the start-up line says which)
   reduction,       ///< all-reduce with another operator than ncclSum (incl. ncclAvg and ncclRedOpCreatePreMulSum's)
   datatype,        ///< not ncclFloat32, ncclFloat16 or ncclBfloat16
-  zero_count,      ///< count 0: NCCL's no-op, NCCL's to answer
   too_large,       ///< more than max_bytes bytes per rank
   not_collective,  ///< not an all-reduce or all-gather (reduce, broadcast, send/recv, ...): always forwarded
 };
@@ -41,10 +43,10 @@ enum class route : std::uint8_t {
 inline const char* to_string(route r) {
   switch (r) {
     case route::served: return "served";
+    case route::empty: return "served: count 0, nothing to do";
     case route::disabled: return "forwarded: this communicator serves nothing";
     case route::reduction: return "forwarded: only ncclSum is served";
     case route::datatype: return "forwarded: only ncclFloat32, ncclFloat16 and ncclBfloat16 are served";
-    case route::zero_count: return "forwarded: count 0";
     case route::too_large: return "forwarded: larger than ROCENANTE_NCCL_MAX_BYTES per rank";
     case route::not_collective: return "forwarded: not an all-reduce or all-gather";
   }
@@ -81,9 +83,9 @@ struct serve_policy {
 /// The route of a call of `count` elements of `nccl_datatype` (reduction `nccl_op`, all-reduce only).
 inline route decide(collective_kind c, std::uint64_t count, int nccl_datatype, int nccl_op, const serve_policy& p) {
   if (!p.serves) return route::disabled;
+  if (count == 0) return route::empty;
   if (c == collective_kind::all_reduce && nccl_op != nccl_values::sum) return route::reduction;
   if (!served_dtype(nccl_datatype)) return route::datatype;
-  if (count == 0) return route::zero_count;
   const std::uint64_t elem = nccl_element_bytes(nccl_datatype);
   if (count > p.max_bytes / elem) return route::too_large;
   return route::served;

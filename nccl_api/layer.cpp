@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -610,9 +611,9 @@ void create_real(ncclComm* m) {
   try {
     real_id_card mine{};
     const auto ids = setup::vote(b, "nccl layer: NCCL library", mine, [&] {
+      if (!m->real_possible) throw config_error(m->real_impossible);
       const real::library& l = real::get();
       if (!l.ok) throw transport_error(l.why);
-      if (!m->real_possible) throw config_error(m->real_impossible);
       if (m->rank == 0) {
         auto get_id = ROCENANTE_REAL(ncclGetUniqueId);
         if (get_id == nullptr || get_id(&mine.id) != ncclSuccess)
@@ -871,7 +872,10 @@ ncclResult_t group_end(ncclSimInfo_t* simulate) {
   std::vector<std::function<ncclResult_t()>> jobs;
   for (auto& i : work.inits)
     jobs.emplace_back([&i] {
-      if (!platform::set_device(i.comm->device, nullptr)) {
+      // The device current at the ncclCommInitRank call (a group may create ranks of several devices), restored
+      // afterwards on the thread that called ncclGroupEnd.
+      device_guard g(i.comm->device);
+      if (platform::current_device(nullptr) != i.comm->device) {
         finish_state(i.comm, ncclInvalidUsage, "cannot make device " + std::to_string(i.comm->device) + " current");
         return fail(ncclInvalidUsage, i.comm->init_error);
       }
@@ -1145,7 +1149,9 @@ ncclResult_t all_reduce(const void* send, void* recv, std::size_t count, ncclDat
   ncclComm* c = ours(comm);
   if (c != nullptr)
     if (const ncclResult_t r = ready(c, "ncclAllReduce"); r != ncclSuccess) return r;
-  if (c != nullptr && decide(collective_kind::all_reduce, count, dt, op, c->policy) == route::served) {
+  const route rt = c != nullptr ? decide(collective_kind::all_reduce, count, dt, op, c->policy) : route::disabled;
+  if (rt == route::empty) return ncclSuccess;
+  if (rt == route::served) {
     const served_call s{c, collective_kind::all_reduce, send, recv, count, *served_dtype(dt), stream};
     if (in_group()) {
       tls_group.served.push_back(s);
@@ -1166,7 +1172,9 @@ ncclResult_t all_gather(const void* send, void* recv, std::size_t count, ncclDat
   ncclComm* c = ours(comm);
   if (c != nullptr)
     if (const ncclResult_t r = ready(c, "ncclAllGather"); r != ncclSuccess) return r;
-  if (c != nullptr && decide(collective_kind::all_gather, count, dt, ncclSum, c->policy) == route::served) {
+  const route rt = c != nullptr ? decide(collective_kind::all_gather, count, dt, ncclSum, c->policy) : route::disabled;
+  if (rt == route::empty) return ncclSuccess;
+  if (rt == route::served) {
     const served_call s{c, collective_kind::all_gather, send, recv, count, *served_dtype(dt), stream};
     if (in_group()) {
       tls_group.served.push_back(s);
@@ -1337,6 +1345,42 @@ const char* error_string(ncclResult_t r, const void* caller) {
   }
 }
 
+/// ncclMemAlloc: NCCL's (memory it can register) when the real NCCL loads; else device memory of the layer's own, so
+/// that a program allocating its buffers this way (nccl-tests) runs where only the layer is. ncclMemFree tells them
+/// apart.
+std::mutex& own_alloc_mu() {
+  static std::mutex m;
+  return m;
+}
+std::set<void*>& own_allocs() {
+  static std::set<void*> s;
+  return s;
+}
+
+ncclResult_t mem_alloc(void** ptr, std::size_t size) {
+  if (real::get().ok) return ROCENANTE_PASS(ncclMemAlloc, ptr, size);
+  if (ptr == nullptr) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+  std::string why;
+  void* p = platform::alloc(size, &why);
+  if (p == nullptr) return fail(ncclUnhandledCudaError, "ncclMemAlloc of " + std::to_string(size) + " bytes: " + why);
+  std::lock_guard lock(own_alloc_mu());
+  own_allocs().insert(p);
+  *ptr = p;
+  return ncclSuccess;
+}
+
+ncclResult_t mem_free(void* ptr) {
+  {
+    std::lock_guard lock(own_alloc_mu());
+    if (auto it = own_allocs().find(ptr); it != own_allocs().end()) {
+      own_allocs().erase(it);
+      platform::release(ptr);
+      return ncclSuccess;
+    }
+  }
+  return ROCENANTE_PASS(ncclMemFree, ptr);
+}
+
 /// The last failure this process saw: the layer's own, or a forwarded call's (with NCCL's text); NCCL's own last
 /// error when the layer recorded none.
 const char* last_error(ncclComm_t comm) {
@@ -1360,10 +1404,10 @@ using L::ours;
 
 #define ROCENANTE_ALIAS(ret, name, params) extern "C" ret name params __attribute__((weak, alias("p" #name)));
 
-extern "C" ncclResult_t pncclMemAlloc(void** ptr, size_t size) { return L::ROCENANTE_PASS(ncclMemAlloc, ptr, size); }
+extern "C" ncclResult_t pncclMemAlloc(void** ptr, size_t size) { return L::mem_alloc(ptr, size); }
 ROCENANTE_ALIAS(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
 
-extern "C" ncclResult_t pncclMemFree(void* ptr) { return L::ROCENANTE_PASS(ncclMemFree, ptr); }
+extern "C" ncclResult_t pncclMemFree(void* ptr) { return L::mem_free(ptr); }
 ROCENANTE_ALIAS(ncclResult_t, ncclMemFree, (void* ptr))
 
 extern "C" ncclResult_t pncclGetVersion(int* version) { return L::get_version(version); }

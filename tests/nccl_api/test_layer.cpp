@@ -357,6 +357,10 @@ TEST_SUITE("layer") {
                                                      count * nccl_element_bytes(dt) <= (1u << 20))));
         }
     CHECK(decide(collective_kind::all_reduce, 1, ncclFloat32, ncclSum, serve_policy{false, 1 << 20}) == route::disabled);
+    for (int dt = 0; dt < ncclNumTypes; ++dt) {  // an empty call is done on every rank, whatever its type
+      CHECK(decide(collective_kind::all_reduce, 0, dt, ncclMax, p) == route::empty);
+      CHECK(decide(collective_kind::all_gather, 0, dt, ncclSum, p) == route::empty);
+    }
 
     // Through the layer: each rank uses buffers at another alignment and a mixed sequence of calls; the routes of
     // every rank agree, the served results are exact, and each rank's forwarded sequence is the same.
@@ -704,6 +708,27 @@ TEST_SUITE("layer") {
     });
   }
 
+  TEST_CASE("an empty call (count 0) is done at once on every rank, and NCCL is never asked") {
+    stub_clear();
+    run_ranks(3, [&](int, ncclComm_t c) {
+      CHECK(ncclAllGather(nullptr, nullptr, 0, ncclFloat32, c, nullptr) == ncclSuccess);  // nccl-tests' 8 B at 4 ranks
+      CHECK(ncclAllReduce(nullptr, nullptr, 0, ncclInt64, ncclMax, c, nullptr) == ncclSuccess);
+      ncclResult_t async = ncclInternalError;
+      CHECK(ncclCommGetAsyncError(c, &async) == ncclSuccess);
+      CHECK(async == ncclSuccess);
+    }, {0, 0, 0});  // ranks sharing a GPU: NCCL could not have answered
+    CHECK(stub_log().find("ncclAll") == std::string::npos);
+  }
+
+  TEST_CASE("ncclMemAlloc and ncclMemFree are NCCL's where NCCL loads") {
+    stub_clear();
+    void* p = nullptr;
+    REQUIRE(ncclMemAlloc(&p, 4096) == ncclSuccess);
+    CHECK(lines_with({"ncclMemAlloc size=4096"}).size() == 1);
+    CHECK(ncclMemFree(p) == ncclSuccess);
+    CHECK(lines_with({"ncclMemFree ptr=" + ptr(p)}).size() == 1);
+  }
+
   TEST_CASE("ncclGetErrorString and ncclGetLastError name this layer") {
     CHECK(std::string(ncclGetErrorString(ncclRemoteError)).find("RoCEnante NCCL layer") != std::string::npos);
     ncclComm_t c = nullptr;
@@ -807,6 +832,11 @@ TEST_SUITE("layer.self") {
       CHECK(ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, c, nullptr) == ncclSystemError);
       CHECK(last_error().find("is this layer itself") != std::string::npos);
     });
+    // Without a real NCCL, ncclMemAlloc gives the layer's own device memory (host memory in this test build).
+    void* p = nullptr;
+    REQUIRE(ncclMemAlloc(&p, 256) == ncclSuccess);
+    std::memset(p, 7, 256);
+    CHECK(ncclMemFree(p) == ncclSuccess);
   }
 }
 
