@@ -102,10 +102,12 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int*) {
 }
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   record("ncclCommDestroy comm=" + comm_text(c));
+  delete reinterpret_cast<stub_comm*>(c);
   return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t c) {
   record("ncclCommAbort comm=" + comm_text(c));
+  delete reinterpret_cast<stub_comm*>(c);
   return ncclSuccess;
 }
 ncclResult_t ncclCommFinalize(ncclComm_t c) {
