@@ -7,7 +7,7 @@
 // Ranks are threads: each calls ncclCommInitRank with the id rank 0's ncclGetUniqueId made (NCCL's
 // "multi thread/process" form), and gets its own "device" (rocenante_nccl_test_set_device) unless a case puts
 // ranks on one. Test suites by environment (tests/nccl_api/meson.build runs each with its own):
-//   layer          ROCENANTE_NCCL_LIBRARY=stub, ROCENANTE_TIMEOUT_MS=3000
+//   layer          ROCENANTE_NCCL_LIBRARY=stub, ROCENANTE_TIMEOUT_MS=5000
 //   layer.fault    + ROCENANTE_TEST_FAULT='1@nccl layer: library communicator'
 //   layer.zero     + ROCENANTE_NCCL_MAX_BYTES=0
 //   layer.bad_env  + ROCENANTE_NCCL_MAX_BYTES=lots
@@ -618,7 +618,7 @@ TEST_SUITE("layer") {
     for (auto& t : threads) t.join();
     REQUIRE(comms[0] != nullptr);
     REQUIRE(comms[1] != nullptr);
-    // Rank 1 never calls: rank 0 waits out ROCENANTE_TIMEOUT_MS (3 s) and fails.
+    // Rank 1 never calls: rank 0 waits out ROCENANTE_TIMEOUT_MS (5 s) and fails.
     std::vector<float> buf(256, 1.0f);
     const auto t0 = std::chrono::steady_clock::now();
     const ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclSum, comms[0], nullptr);
