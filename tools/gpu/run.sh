@@ -7,7 +7,8 @@
 #   deps      on the CPU machine, before going to the GPU machine: fill .deps/ (git-ignored) with what the GPU
 #             machine lacks — doctest's and Google Benchmark's headers, nccl.h, libbenchmark, and in .deps/wheels
 #             the wheels the Python package's build and tests need (meson-python, meson, nanobind and their
-#             dependencies, pytest; pure Python, a few MiB) — and .deps/commit (a .git copied there may be stale).
+#             dependencies, pytest; pure Python, a few MiB), nccl-tests' source (.deps/nccl-tests, for
+#             tools/gpu/nccl-layer.sh) — and .deps/commit (a .git copied there may be stale).
 #             Then carry .deps along with the working tree.
 #   build     configure and build the GPU targets in build-gpu/ (or --build DIR) for sm_90a (or --arch)
 #   test      the gpu suites (collectives, nvfp4, nccl where built), examples 01 and 02, and the ranks-as-processes
@@ -153,6 +154,7 @@ deps() {
   local lib; lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libbenchmark.so) || return 1
   cp "$lib" .deps/lib/libbenchmark.so; cp "$lib" ".deps/lib/$(objdump -p "$lib" | awk '/SONAME/{print $2}')"
   python_wheels || return 1
+  nccl_tests || return 1
   git_commit > .deps/commit || echo unknown > .deps/commit
   du -sh .deps | sed 's/^/deps: carry .deps (/; s/$/)/'
 }
@@ -169,6 +171,17 @@ python_wheels() {
       { echo "deps: pip download of the Python build wheels failed (Python $v)" >&2; return 1; }
   done
   du -sh "$w" | sed 's/^/deps: Python wheels in .deps\/wheels (/; s/$/)/'
+}
+
+# nccl-tests' source at a fixed tag, without its .git, for tools/gpu/nccl-layer.sh (the GPU machine has no internet).
+nccl_tests_tag=v2.19.6
+nccl_tests() {
+  [ -f .deps/nccl-tests/src/common.cu ] && return 0
+  rm -rf .deps/nccl-tests
+  git clone -q --depth 1 --branch "$nccl_tests_tag" https://github.com/NVIDIA/nccl-tests.git .deps/nccl-tests ||
+    { echo "deps: cloning nccl-tests $nccl_tests_tag failed" >&2; return 1; }
+  git -C .deps/nccl-tests rev-parse HEAD >.deps/nccl-tests.commit && rm -rf .deps/nccl-tests/.git
+  echo "deps: nccl-tests $nccl_tests_tag ($(cat .deps/nccl-tests.commit)) in .deps/nccl-tests"
 }
 
 sass() {

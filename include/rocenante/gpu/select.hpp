@@ -66,6 +66,13 @@ class selected_communicator : public select_detail::gpu_base {
   selected_communicator(B& boot, const options& opts, host::select_config cfg = {}) {
     select_and_build<gpu_candidates>(*this, bootstrap::bootstrap_ref(boot), opts, cfg);
   }
+  /// As above, deciding among `Rules`' candidates (host::candidate_rules over the transports build() knows) instead
+  /// of gpu_candidates: a caller that must not build one of them passes rules that leave it out (the NCCL-API layer,
+  /// nccl_api/, never builds the nccl candidate, which would load the layer itself).
+  template <host::candidate_rules Rules, bootstrap::bootstrap B>
+  selected_communicator(B& boot, const options& opts, host::select_config cfg, std::type_identity<Rules>) {
+    select_and_build<Rules>(*this, bootstrap::bootstrap_ref(boot), opts, cfg);
+  }
 
   /// All-reduce on `stream` with the configured algorithm (ROCENANTE_ALGO; auto: by size and rank count).
   template <class T>
