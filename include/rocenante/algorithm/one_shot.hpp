@@ -228,6 +228,27 @@ struct one_shot {
   }
 #endif
 
+  /// Stage one packet at offset `off` of this rank's source region: into every peer's slot (directly written
+  /// windows), or once into this rank's staging area (shared staging: the proxy or NIC copies it to the peers).
+  template <reduce::reduction R, class Session>
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE static void put_packet(Session& s, std::uint64_t off, const reduce::value_packet<R>& v) {
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    if constexpr (Session::handle_type::shared_staging) {
+      if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), off), v);
+    } else if constexpr (transport::fixed_ranks_of<typename Session::handle_type>() > 0) {
+      ROCENANTE_UNROLL  // a known rank count (transport::fixed_ranks): one store per peer, no loop
+      for (int q = 0; q < n; ++q)
+        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
+    } else {
+#if ROCENANTE_DEVICE_PASS
+#pragma unroll 1  // a loop, not n-1 copies: a shorter hot path in the instruction cache (docs/performance.md)
+#endif
+      for (int q = 0; q < n; ++q)
+        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
+    }
+  }
+
   /// A 16-byte aligned input of whole packets (one answer for the whole call): the reduce reads it like a source
   /// region, one plain load per packet.
   template <reduce::reduction R>
@@ -240,10 +261,19 @@ struct one_shot {
   template <reduce::reduction R, bool Discard, class Session, class Epilogue>
   ROCENANTE_HOST_DEVICE static void reduce_bulk(Session& s, const typename R::value_type* in, typename R::value_type* out,
                                                 std::uint64_t count, const range& pr, bool plain_input, const Epilogue& epi) {
+    reduce_sources<R, Discard>(s, in, count, source_stride<R>(s.handle().layout(), count), pr, plain_input,
+                               [&](std::uint64_t i, reduce::accum_packet<R>& acc) { store_result<R>(out, i, count, acc, epi); });
+  }
+
+  /// reduce_bulk's loop over any window whose source q holds packet i at q * stride + i * 16 of the slot (the own
+  /// source read from `in`): emit(i, acc) receives the rank-order fp32 sum of packet i of part `pr`, once per packet.
+  /// two_shot's owner reduce runs it with its own stride and an emit that also stages the result for its peers.
+  template <reduce::reduction R, bool Discard, class Session, class Emit>
+  ROCENANTE_HOST_DEVICE static void reduce_sources(Session& s, const typename R::value_type* in, std::uint64_t count,
+                                                   std::uint64_t stride, const range& pr, bool plain_input, const Emit& emit) {
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
-    const std::uint64_t stride = source_stride<R>(h.layout(), count);
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
     for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += reduce_unroll * step) {
       reduce::accum_packet<R> acc[reduce_unroll] = {};
@@ -294,7 +324,7 @@ struct one_shot {
       for (int u = 0; u < reduce_unroll; ++u) {
         const std::uint64_t i = i0 + u * step;
         if (i >= pr.end) continue;
-        store_result<R>(out, i, count, acc[u], epi);
+        emit(i, acc[u]);
       }
     }
   }
@@ -547,27 +577,6 @@ struct one_shot {
     return true;
   }
 #endif
-
-  /// Stage one packet at offset `off` of this rank's source region: into every peer's slot (directly written
-  /// windows), or once into this rank's staging area (shared staging: the proxy or NIC copies it to the peers).
-  template <reduce::reduction R, class Session>
-  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE static void put_packet(Session& s, std::uint64_t off, const reduce::value_packet<R>& v) {
-    auto& h = s.handle();
-    const int n = h.ranks(), r = h.rank();
-    if constexpr (Session::handle_type::shared_staging) {
-      if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), off), v);
-    } else if constexpr (transport::fixed_ranks_of<typename Session::handle_type>() > 0) {
-      ROCENANTE_UNROLL  // a known rank count (transport::fixed_ranks): one store per peer, no loop
-      for (int q = 0; q < n; ++q)
-        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
-    } else {
-#if ROCENANTE_DEVICE_PASS
-#pragma unroll 1  // a loop, not n-1 copies: a shorter hot path in the instruction cache (docs/performance.md)
-#endif
-      for (int q = 0; q < n; ++q)
-        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
-    }
-  }
 
   /// enter, stage this part of `in` into source `rank` of every peer's slot, signal, wait for every peer.
   template <reduce::reduction R, class Session>
