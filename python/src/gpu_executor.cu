@@ -55,8 +55,7 @@ class gpu_selected final : public gpu_executor {
       const T* i = static_cast<const T*>(in);
       T* o = static_cast<T*>(out);
       if (!a) return comm_->all_reduce(i, o, count, s);
-      if (*a == algorithm::algo::ring) return comm_->all_reduce(i, o, count, s, algorithm::ring{});
-      return comm_->all_reduce(i, o, count, s, algorithm::one_shot{});
+      return host::with_algorithm(*a, [&](auto tag) { return comm_->all_reduce(i, o, count, s, tag); });
     }));
   }
 
