@@ -26,8 +26,8 @@ struct automatic {
 /// `two_shot_max_bytes`, ring above. A two_shot limit not above the one_shot limit (0: not measured) never chooses
 /// two_shot.
 struct auto_row {
-  int ranks;
-  std::uint64_t one_shot_max_bytes;
+  int ranks = 0;
+  std::uint64_t one_shot_max_bytes = 0;
   std::uint64_t two_shot_max_bytes = 0;
 };
 

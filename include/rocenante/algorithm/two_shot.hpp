@@ -116,13 +116,14 @@ struct two_shot {
     // The owned chunk: every rank's contribution in rank order (one_shot's reduce over this window's stride), then
     // the epilogue and the single rounding; the bits go to `out` and into source r of every peer.
     const range own = chunk_part(r, k, packets, sub);
-    one_shot::reduce_sources<R, false>(s, in, count, stride, own, one_shot::is_plain_input<R>(in, count),
-                                       [&](std::uint64_t i, reduce::accum_packet<R>& acc) {
-                                         epi(i * reduce::lanes<R>, acc);
-                                         const V v = reduce::narrow<R>(acc);
-                                         reduce::store_user<R>(out, i, count, v);
-                                         one_shot::put_packet<R>(s, base + i * packet_bytes, v);
-                                       });
+    one_shot::reduce_sources<R, false, 1>(
+        s, in, count, [stride](const protocol::window_layout&) { return stride; }, own, one_shot::is_plain_input<R>(in, count),
+        [&](std::uint64_t i, reduce::accum_packet<R>& acc) {
+          epi(i * reduce::lanes<R>, acc);
+          const V v = reduce::narrow<R>(acc);
+          reduce::store_user<R>(out, i, count, v);
+          one_shot::put_packet<R>(s, base + i * packet_bytes, v);
+        });
     team.sync();
     signal_peers(s, [&](int) { return own; }, base, ag_channel(n, r));
     // Hop 1: an owner's result exists only after its own reduce-scatter wait, so a rank that died before it is
