@@ -14,6 +14,34 @@
 using namespace rtest;
 using proxy_comm = host::communicator<transport::loopback_proxy>;
 
+namespace {
+/// `n` ranks make `calls` all-reduces of algorithm A of 4096 floats (rank r contributes r + 1); per rank, its proxy's
+/// counters over those calls (posts, calls, writes) and in `res` its status (internal: a wrong sum).
+template <class A>
+std::vector<transport::proxy_stats> proxy_counts(int n, int calls, const options& o, std::vector<status>& res) {
+  std::vector<transport::proxy_stats> st(n);
+  res.assign(n, status::ok);
+  host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+    proxy_comm comm(boot, o);
+    std::vector<float> in(4096, float(boot.rank() + 1)), out(4096);
+    const float sum = float(n * (n + 1) / 2);
+    const transport::proxy_stats before = comm.transport().stats();
+    for (int i = 0; i < calls; ++i)
+      if (status s = comm.template all_reduce<A>(in.data(), out.data(), in.size()); s != status::ok)
+        res[boot.rank()] = s;
+      else if (out[0] != sum || out[4095] != sum)
+        res[boot.rank()] = status::internal;
+    boot.barrier();  // every peer's posts of the last call were taken before its flags let this rank finish
+    transport::proxy_stats after = comm.transport().stats();
+    after.posts -= before.posts;
+    after.calls -= before.calls;
+    after.writes -= before.writes;
+    st[boot.rank()] = after;
+  });
+  return st;
+}
+}  // namespace
+
 TEST_SUITE("host.proxy") {
   /// reference_options with calls posted once (the default threshold is above the 64 KiB capacity) or per part.
   options posting(bool multi_part, bool per_part) {
@@ -48,25 +76,9 @@ TEST_SUITE("host.proxy") {
 
   TEST_CASE("a two_shot call posts 2 (n - 1) descriptors per part, each one payload write and one flag write") {
     constexpr int n = 4, calls = 12;
-    const options o = posting(true, false);  // the call is below call_post_max_bytes: two_shot still posts per part
-    std::vector<transport::proxy_stats> st(n);
-    std::vector<status> res(n, status::ok);
-    host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
-      proxy_comm comm(boot, o);
-      std::vector<float> in(4096, float(boot.rank() + 1)), out(4096);
-      const transport::proxy_stats before = comm.transport().stats();
-      for (int i = 0; i < calls; ++i)
-        if (status s = comm.all_reduce<algorithm::two_shot>(in.data(), out.data(), in.size()); s != status::ok)
-          res[boot.rank()] = s;
-        else if (out[0] != 10.0f || out[4095] != 10.0f)
-          res[boot.rank()] = status::internal;
-      boot.barrier();
-      transport::proxy_stats after = comm.transport().stats();
-      after.posts -= before.posts;
-      after.calls -= before.calls;
-      after.writes -= before.writes;
-      st[boot.rank()] = after;
-    });
+    std::vector<status> res;
+    // below call_post_max_bytes: two_shot still posts per part
+    const auto st = proxy_counts<algorithm::two_shot>(n, calls, posting(true, false), res);
     for (int r = 0; r < n; ++r) {
       CAPTURE(r);
       CHECK(res[r] == status::ok);
@@ -89,22 +101,8 @@ TEST_SUITE("host.proxy") {
     constexpr int n = 4, calls = 12;
     for (bool per_part : {false, true}) {
       CAPTURE(per_part);
-      const options o = posting(true, per_part);
-      std::vector<transport::proxy_stats> st(n);
-      std::vector<status> res(n, status::ok);
-      host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
-        proxy_comm comm(boot, o);
-        std::vector<float> in(4096, float(boot.rank() + 1)), out(4096);
-        const transport::proxy_stats before = comm.transport().stats();
-        for (int i = 0; i < calls; ++i)
-          if (status s = comm.all_reduce(in.data(), out.data(), in.size()); s != status::ok) res[boot.rank()] = s;
-        boot.barrier();  // every peer's posts of the last call were taken before its flags let this rank finish
-        transport::proxy_stats after = comm.transport().stats();
-        after.posts -= before.posts;
-        after.calls -= before.calls;
-        after.writes -= before.writes;
-        st[boot.rank()] = after;
-      });
+      std::vector<status> res;
+      const auto st = proxy_counts<one_shot>(n, calls, posting(true, per_part), res);
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
         CHECK(res[r] == status::ok);

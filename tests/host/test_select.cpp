@@ -309,36 +309,24 @@ TEST_SUITE("host.select.connectivity") {
                  "not connect: pairs that failed: 1-2");
   }
 
-  TEST_CASE("ROCENANTE_ALGO=one_shot with only neighbours reachable fails set-up with a clear error") {
-    std::string what;
-    fault_plan cut("cut 0-2; cut 1-3");
-    try {
-      host::spawn_ranks(4, [](bootstrap::in_process& boot) {
-        host::select_config c = config(env::transport_choice::loopback, env::algo_choice::one_shot);
-        host::selected_communicator comm(boot, options{}, c);
-      });
-    } catch (const config_error& e) {
-      what = e.what();
+  TEST_CASE("ROCENANTE_ALGO=one_shot or two_shot with only neighbours reachable fails set-up with a clear error") {
+    for (env::algo_choice a : {env::algo_choice::one_shot, env::algo_choice::two_shot}) {
+      const std::string name = env::to_string(a);
+      CAPTURE(name);
+      std::string what;
+      fault_plan cut("cut 0-2; cut 1-3");
+      try {
+        host::spawn_ranks(4, [a](bootstrap::in_process& boot) {
+          host::select_config c = config(env::transport_choice::loopback, a);
+          host::selected_communicator comm(boot, options{}, c);
+        });
+      } catch (const config_error& e) {
+        what = e.what();
+      }
+      CHECK(what.find("ROCENANTE_ALGO=" + name + " refused on transport loopback: " + name + " needs every pair") !=
+            std::string::npos);
+      CHECK(what.find("0-2, 1-3") != std::string::npos);
     }
-    CHECK(what.find("ROCENANTE_ALGO=one_shot refused on transport loopback: one_shot needs every pair") !=
-          std::string::npos);
-    CHECK(what.find("0-2, 1-3") != std::string::npos);
-  }
-
-  TEST_CASE("ROCENANTE_ALGO=two_shot with only neighbours reachable fails set-up with a clear error") {
-    std::string what;
-    fault_plan cut("cut 0-2; cut 1-3");
-    try {
-      host::spawn_ranks(4, [](bootstrap::in_process& boot) {
-        host::select_config c = config(env::transport_choice::loopback, env::algo_choice::two_shot);
-        host::selected_communicator comm(boot, options{}, c);
-      });
-    } catch (const config_error& e) {
-      what = e.what();
-    }
-    CHECK(what.find("ROCENANTE_ALGO=two_shot refused on transport loopback: two_shot needs every pair") !=
-          std::string::npos);
-    CHECK(what.find("0-2, 1-3") != std::string::npos);
   }
 
   TEST_CASE("ROCENANTE_ALGO=two_shot: calls that name no algorithm run two_shot, its self-test counted") {
