@@ -20,7 +20,7 @@
 //             element index and the sum)
 //   ring      chunk c is summed in ring order c, c+1, ..., c+n-1 (mod n), once, by its owner, and the owner's
 //             bits are copied to every rank
-// Every way every rank ends with the same bytes.
+// With each of them every rank ends with the same bytes.
 #pragma once
 
 #include <concepts>
