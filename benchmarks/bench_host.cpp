@@ -111,6 +111,7 @@ void register_type() {
   for (int ranks : {2, 4})
     for (std::uint64_t bytes : {std::uint64_t{4096}, std::uint64_t{49152}, std::uint64_t{1} << 20}) {
       register_one<algorithm::one_shot, T>(collective_kind::all_reduce, bytes, ranks);
+      register_one<algorithm::two_shot, T>(collective_kind::all_reduce, bytes, ranks);
       register_one<algorithm::ring, T>(collective_kind::all_reduce, bytes, ranks);
       register_one<algorithm::one_shot, T>(collective_kind::all_gather, bytes, ranks);
     }

@@ -97,8 +97,9 @@ void print_help() {
       "  -T, --timeout SECONDS     bound on every wait for a peer (default 10)\n"
       "  -G, --cudagraph N         GPU: capture the -n iterations of a row in one CUDA graph per rank and launch\n"
       "                            it N times (nccl-tests' meaning); a sample is one launch / -n (default 0: eager)\n"
-      "      --algo A              one_shot|ring|auto|all, or a comma list (default all); auto runs one_shot at\n"
-      "                            every size here (the size table of algorithm/auto.hpp is not applied by this tool)\n"
+      "      --algo A              one_shot|two_shot|ring|auto|all, or a comma list (default all); auto runs\n"
+      "                            one_shot at every size here (the size table of algorithm/auto.hpp is not applied\n"
+      "                            by this tool). --algorithm A: the same\n"
       "      --collective C        all_reduce|all_gather (default all_reduce)\n"
       "      --ranks N             in-process ranks, 1..%d (default 4); one rank per process: the world size\n"
       "      --transport T         ranks as threads: host | loopback_proxy | cuda_loopback | cuda_proxy (default:\n"
@@ -188,16 +189,17 @@ std::vector<dtype> parse_dtypes(const std::string& s) {
 
 std::vector<algo> parse_algos(const std::string& s, bool* automatic) {
   *automatic = false;
-  if (s == "all") return {algo::one_shot, algo::ring};
+  if (s == "all") return {algo::one_shot, algo::two_shot, algo::ring};
   std::vector<algo> out;
   auto add = [&](algo a) {
     if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
   };
   for (const auto& t : split_commas(s)) {
     if (t == "one_shot") add(algo::one_shot);
+    else if (t == "two_shot") add(algo::two_shot);
     else if (t == "ring") add(algo::ring);
     else if (t == "auto") { add(algo::one_shot); *automatic = true; }
-    else usage_error("unknown algorithm '" + t + "': use one_shot, ring, auto or all");
+    else usage_error("unknown algorithm '" + t + "': use one_shot, two_shot, ring, auto or all");
   }
   return out;
 }
@@ -253,6 +255,7 @@ config parse_args(int argc, char** argv) {
       {"check", required_argument, nullptr, 'c'},      {"datatype", required_argument, nullptr, 'd'},
       {"op", required_argument, nullptr, 'o'},         {"json", required_argument, nullptr, 'J'},
       {"timeout", required_argument, nullptr, 'T'},    {"algo", required_argument, nullptr, opt_algo},
+      {"algorithm", required_argument, nullptr, opt_algo},
       {"ranks", required_argument, nullptr, opt_ranks}, {"collective", required_argument, nullptr, opt_collective},
       {"transport", required_argument, nullptr, opt_transport}, {"help", no_argument, nullptr, 'h'},
       {"self-test-corrupt", required_argument, nullptr, opt_corrupt},
@@ -357,7 +360,7 @@ config parse_args(int argc, char** argv) {
     std::vector<algo> kept;
     for (algo a : c.algos)
       if (a == algo::one_shot) kept.push_back(a);
-    if (kept.empty()) usage_error("ring has no all-gather; use --algo one_shot");
+    if (kept.empty()) usage_error("ring and two_shot have no all-gather; use --algo one_shot");
     c.algos = kept;
   }
   return c;

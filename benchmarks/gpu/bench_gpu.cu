@@ -1,11 +1,11 @@
 // bench_gpu.cu — Google Benchmark suite for the fused GPU collectives with several ranks on one GPU (cuda_loopback,
 // one stream per rank). Manual time from CUDA events around K collectives per rank; reported per collective.
 //
-// Names: all_reduce/<algorithm>/loopback/<dtype>/bytes:<N>/ranks:<R>[/graph:1], all_gather/one_shot/...,
-// copy/d2d/bytes:<N> (device-to-device copy bandwidth in the same run, read + write counted). Besides the library's
-// algorithms, <algorithm> is a peer row: peer_vllm_one_shot, peer_vllm_two_shot, peer_trtllm_lamport_one_shot, the
-// published kernels of vLLM and TensorRT-LLM (benchmarks/gpu/peers.cuh; tools/gpu/peer-table.py sets them beside
-// the library's rows).
+// Names: all_reduce/<algorithm>/loopback/<dtype>/bytes:<N>/ranks:<R>[/graph:1] (algorithm: one_shot, two_shot, ring
+// at the same sizes), all_gather/one_shot/..., copy/d2d/bytes:<N> (device-to-device copy bandwidth in the same run,
+// read + write counted). Besides the library's algorithms, <algorithm> is a peer row: peer_vllm_one_shot,
+// peer_vllm_two_shot, peer_trtllm_lamport_one_shot, the published kernels of vLLM and TensorRT-LLM
+// (benchmarks/gpu/peers.cuh; tools/gpu/peer-table.py sets them beside the library's rows).
 // Counters: algbw and busbw (GB/s, nccl-tests formulas), and for all-reduce mem_GBps (the one-shot algorithm's
 // loads and stores: per rank (n-1)S stage writes + S stage reads + nS reduce reads + S writes; with parts sized for
 // L2, options::max_part_bytes, part of them is served by L2 and never reaches HBM).
@@ -91,7 +91,7 @@ world<Transport>& get_world(int n) {
   return *worlds[n];
 }
 
-enum class coll { all_reduce_one_shot, all_reduce_ring, all_gather };
+enum class coll { all_reduce_one_shot, all_reduce_ring, all_gather, all_reduce_two_shot };
 
 template <class T, class W>
 status launch(W& w, int r, coll c, std::size_t count) {
@@ -101,6 +101,7 @@ status launch(W& w, int r, coll c, std::size_t count) {
   switch (c) {
     case coll::all_reduce_one_shot: return comm.template all_reduce<algorithm::one_shot>(in, out, count, w.streams[r]);
     case coll::all_reduce_ring: return comm.template all_reduce<algorithm::ring>(in, out, count, w.streams[r]);
+    case coll::all_reduce_two_shot: return comm.template all_reduce<algorithm::two_shot>(in, out, count, w.streams[r]);
     case coll::all_gather: return comm.template all_gather<algorithm::one_shot>(in, out, count, w.streams[r]);
   }
   return status::internal;
@@ -169,7 +170,11 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
   state.counters["ranks"] = n;
   state.counters["bytes"] = double(bytes);
   // The launch's shape, to set beside the floor rows' (rank 0; every rank derives the same).
-  if (c != coll::all_reduce_ring) {
+  if (c == coll::all_reduce_two_shot) {
+    const auto sp = w.comms[0]->template split_for<T, algorithm::two_shot>(count);
+    state.counters["ctas"] = sp.ctas;
+    state.counters["parts"] = sp.parts;
+  } else if (c != coll::all_reduce_ring) {
     const auto sp = w.comms[0]->template split_for<T>(count);
     state.counters["ctas"] = sp.ctas;
     state.counters["parts"] = sp.parts;
@@ -355,8 +360,9 @@ void register_type(const char* tname, const std::vector<std::size_t>& sizes, con
       for (int graph : {0, 1}) {
         const std::string suffix = std::string("/") + tname + "/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(n) +
                                    (graph ? "/graph:1" : "");
-        for (coll c : {coll::all_reduce_one_shot, coll::all_reduce_ring}) {
-          const std::string name = std::string("all_reduce/") + (c == coll::all_reduce_ring ? "ring" : "one_shot") + "/loopback" + suffix;
+        for (coll c : {coll::all_reduce_one_shot, coll::all_reduce_two_shot, coll::all_reduce_ring}) {
+          const char* algo = c == coll::all_reduce_ring ? "ring" : c == coll::all_reduce_two_shot ? "two_shot" : "one_shot";
+          const std::string name = std::string("all_reduce/") + algo + "/loopback" + suffix;
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_collective<T>(s, n, c, bytes, graph); })
               ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }

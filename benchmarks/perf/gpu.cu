@@ -318,6 +318,7 @@ void preload_kernels() {
     using R = reduce::sum<T>;
     load(kernel::all_reduce<algorithm::one_shot, R, Handle>);
     load(kernel::all_reduce<algorithm::ring, R, Handle>);
+    load(kernel::all_reduce<algorithm::two_shot, R, Handle>);
     load(kernel::all_gather<algorithm::one_shot, R, Handle>);
     load(fill_input<T>);
     load(count_wrong<T>);
@@ -380,8 +381,7 @@ void gpu_sweep(Comm& comm, Boot& boot, const config& cfg, rank_buffers& b, const
           };
           proxy_snapshot p0, p1;
           const bool proxied = proxy_now(comm, p0);
-          row r = a == algo::ring ? measure<T>(boot, cfg, b, plan, size, seed, lib_call(algorithm::ring{}), lib_health)
-                                  : measure<T>(boot, cfg, b, plan, size, seed, lib_call(algorithm::one_shot{}), lib_health);
+          row r = host::with_algorithm(a, [&](auto tag) { return measure<T>(boot, cfg, b, plan, size, seed, lib_call(tag), lib_health); });
           // Every call of the row: warm-up, the timed ones (a graph: its capture's calls, launched once untimed and
           // then -G times) and the check.
           const std::uint64_t calls = std::uint64_t(cfg.warmup) + (cfg.check ? 1u : 0u) +

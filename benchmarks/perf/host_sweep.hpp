@@ -114,8 +114,7 @@ void sweep(Comm& comm, Boot& boot, const config& cfg, std::vector<row>& rows, bo
         if (size < unit) continue;  // not one element per rank at this size
         row r;
         auto run_one = [&]<class T>(T*) {
-          r = a == algo::ring ? measure<algorithm::ring, T>(comm, boot, cfg, size, seed)
-                              : measure<algorithm::one_shot, T>(comm, boot, cfg, size, seed);
+          r = host::with_algorithm(a, [&]<class A>(A) { return measure<A, T>(comm, boot, cfg, size, seed); });
         };
         if (t == dtype::f32) run_one(static_cast<float*>(nullptr));
         else if (t == dtype::f16) run_one(static_cast<__half*>(nullptr));

@@ -75,7 +75,7 @@ inline bool per_process(backend_kind b) { return b >= backend_kind::ibverbs; }
 inline bool gpu_per_process(backend_kind b) { return b >= backend_kind::gpu_auto; }
 /// Whether it runs the CPU host executor with ranks as threads.
 inline bool host_threads(backend_kind b) { return b == backend_kind::host || b == backend_kind::host_proxy; }
-inline const char* algo_name(algo a) { return a == algo::ring ? "ring" : "one_shot"; }
+inline const char* algo_name(algo a) { return a == algo::ring ? "ring" : a == algo::two_shot ? "two_shot" : "one_shot"; }
 
 struct config {
   std::uint64_t min_bytes = 16;
@@ -86,7 +86,7 @@ struct config {
   int warmup = 5;
   bool check = true;
   std::vector<dtype> dtypes = {dtype::f32, dtype::f16, dtype::bf16};
-  std::vector<algo> algos = {algo::one_shot, algo::ring};
+  std::vector<algo> algos = {algo::one_shot, algo::two_shot, algo::ring};
   bool algo_auto = false;  // --algo auto was given (runs one_shot, labelled)
   collective_kind coll = collective_kind::all_reduce;
   int ranks = 4;

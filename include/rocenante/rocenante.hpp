@@ -14,6 +14,7 @@
 #include "algorithm/one_shot.hpp"
 #include "algorithm/one_shot_fp4.hpp"
 #include "algorithm/ring.hpp"
+#include "algorithm/two_shot.hpp"
 #include "bootstrap/concepts.hpp"
 #include "bootstrap/in_process.hpp"
 #include "bootstrap/tcp.hpp"

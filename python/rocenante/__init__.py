@@ -1,5 +1,5 @@
-"""RoCEnante collectives from Python: one-shot and ring all-reduce and all-gather over the host executor (CPU
-arrays) and, in a build with nvcc, the GPU executor (CUDA arrays, enqueued on a stream, CUDA-graph capturable).
+"""RoCEnante collectives from Python: one-shot, two-shot and ring all-reduce and all-gather over the host executor
+(CPU arrays) and, in a build with nvcc, the GPU executor (CUDA arrays, enqueued on a stream, CUDA-graph capturable).
 
 Arrays travel through DLPack, so NumPy, torch, CuPy and JAX arrays all work; the GIL is released while a collective
 runs. Every rank builds a Communicator collectively and then calls the same collectives in the same order with the
@@ -191,7 +191,8 @@ class Communicator:
       timeout    bound on every wait for a peer, in seconds; a wait that runs out poisons the communicator
       transport  "auto" (default), "loopback", "socket", "ibverbs", or "env" (ROCENANTE_TRANSPORT decides); a GPU
                  communicator: "auto", "cuda_ipc", "ibverbs", "socket", "nccl" or "env"
-      algo       algorithm of calls that pass algo="auto": "auto" (by size and rank count), "one_shot", "ring", "env"
+      algo       algorithm of calls that pass algo="auto": "auto" (by size and rank count), "one_shot", "two_shot",
+                 "ring", "env"
     """
 
     def __init__(self, impl: Any):
@@ -285,7 +286,7 @@ class Communicator:
         in place). x: a C-contiguous array of float32, float16 or bfloat16 with at most max_bytes bytes, on the CPU
         (host executor) or on this communicator's CUDA device (GPU executor); out: same dtype and element count.
         Bytes of the result are identical on every rank. algo: "auto" (the communicator's choice, by size),
-        "one_shot" or "ring".
+        "one_shot", "two_shot" or "ring".
 
         GPU executor: the call is enqueued on `stream` (an int cudaStream_t value, a torch.cuda.Stream or a CuPy
         stream; None: torch's current stream on x's device for a tensor, CuPy's current stream for a CuPy array) and

@@ -1,6 +1,7 @@
 // python/src/gpu_executor.cu — gpu_executor.hpp's implementation: gpu::selected_communicator behind the extension's
 // type-erased interface. The only translation unit of the package that nvcc compiles (it instantiates the kernels
-// of every candidate transport for float, __half and __nv_bfloat16, one_shot and ring); it includes no nanobind.
+// of every candidate transport for float, __half and __nv_bfloat16, one_shot, two_shot and ring); it includes no
+// nanobind.
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -55,8 +56,7 @@ class gpu_selected final : public gpu_executor {
       const T* i = static_cast<const T*>(in);
       T* o = static_cast<T*>(out);
       if (!a) return comm_->all_reduce(i, o, count, s);
-      if (*a == algorithm::algo::ring) return comm_->all_reduce(i, o, count, s, algorithm::ring{});
-      return comm_->all_reduce(i, o, count, s, algorithm::one_shot{});
+      return host::with_algorithm(*a, [&](auto tag) { return comm_->all_reduce(i, o, count, s, tag); });
     }));
   }
 

@@ -144,8 +144,9 @@ struct aligned_buffer {
 std::optional<rc::algorithm::algo> parse_algo(const std::string& a) {
   if (a == "auto") return std::nullopt;
   if (a == "one_shot") return rc::algorithm::algo::one_shot;
+  if (a == "two_shot") return rc::algorithm::algo::two_shot;
   if (a == "ring") return rc::algorithm::algo::ring;
-  throw rc::config_error("algo must be \"auto\", \"one_shot\" or \"ring\", got \"" + a + "\"");
+  throw rc::config_error("algo must be \"auto\", \"one_shot\", \"two_shot\" or \"ring\", got \"" + a + "\"");
 }
 
 /// `gpu`: the GPU executor's names too (cuda_ipc, nccl); loopback is the host executor's alone.
@@ -398,8 +399,10 @@ class communicator {
     sc.transport = parse_transport(c.transport, device.has_value());
     if (c.algo != "env") {  // "env": ROCENANTE_ALGO decides
       const std::optional<rc::algorithm::algo> a = parse_algo(c.algo);
-      sc.algo = !a ? rc::env::algo_choice::automatic
-                   : *a == rc::algorithm::algo::ring ? rc::env::algo_choice::ring : rc::env::algo_choice::one_shot;
+      sc.algo = !a                                    ? rc::env::algo_choice::automatic
+                : *a == rc::algorithm::algo::ring     ? rc::env::algo_choice::ring
+                : *a == rc::algorithm::algo::two_shot ? rc::env::algo_choice::two_shot
+                                                      : rc::env::algo_choice::one_shot;
     }
     if (device) {
 #if ROCENANTE_PY_GPU

@@ -26,7 +26,7 @@ import rocenante  # noqa: E402
 import rocenante.torch_ops as rops  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-ALGOS = ("one_shot", "ring", "auto")
+ALGOS = ("one_shot", "two_shot", "ring", "auto")
 COUNTS = (1, 1003, 12288, 65536 + 5)  # one element, not a whole packet, a decode-size row (24 KiB of bf16), larger
 MAX_BYTES = 1 << 20
 

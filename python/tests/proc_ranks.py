@@ -23,7 +23,7 @@ def collectives(port, rank, size, queue):
         out = {}
         with rocenante.Communicator.from_env(timeout=20, bootstrap_timeout=30) as comm:
             for name, dt in (("f32", np.float32), ("f16", np.float16), ("bf16", ml_dtypes.bfloat16)):
-                for algo in ("one_shot", "ring", "auto"):
+                for algo in ("one_shot", "two_shot", "ring", "auto"):
                     x = rank_input(rank, 1001, dt)
                     comm.all_reduce(x, algo=algo)
                     out[(name, algo)] = x.tobytes()

@@ -28,7 +28,7 @@ def expect_refusal_everywhere(results, bad_rank, own_words):
     ("empty", "count is zero"),
     ("short_out", "output has 10 elements, the input 11"),
     ("dtype_out", "output dtype differs"),
-    ("bad_algo", 'algo must be "auto", "one_shot" or "ring"'),
+    ("bad_algo", 'algo must be "auto", "one_shot", "two_shot" or "ring"'),
     ("read_only", "input is read-only; pass a writable array"),
     ("read_only_out", "output is read-only"),
     ("not_an_array", "input is not an array (DLPack or buffer protocol): got list"),

@@ -13,7 +13,7 @@ def reference(count, dtype, n=RANKS, seed=1):
     return sum(rank_input(q, count, dtype, seed).astype(np.float64) for q in range(n))
 
 
-@pytest.mark.parametrize("algo", ["auto", "one_shot", "ring"])
+@pytest.mark.parametrize("algo", ["auto", "one_shot", "two_shot", "ring"])
 @pytest.mark.parametrize("in_place", [True, False], ids=["in_place", "out_of_place"])
 @pytest.mark.parametrize("count", [1, 7, 1003, 65536 + 5])
 def test_all_reduce_matches_reference_on_every_rank(dtype, algo, in_place, count):
@@ -104,7 +104,7 @@ def test_many_calls_in_sequence_keep_ranks_in_step():
         total = 0.0
         for i in range(200):
             x = np.full(1 + (i * 37) % 3000, comm.rank + i, dtype=np.float32)
-            comm.all_reduce(x, algo=("one_shot", "ring", "auto")[i % 3])
+            comm.all_reduce(x, algo=("one_shot", "two_shot", "ring", "auto")[i % 4])
             total += float(x[0])
         return total
 

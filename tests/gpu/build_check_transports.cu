@@ -17,6 +17,7 @@ void instantiate(bootstrap::tcp& b, const options& o, const __nv_bfloat16* in, _
   gpu::communicator<Transport> c(b, o);
   (void)c.all_reduce(in, out, 1, s);
   (void)c.template all_reduce<algorithm::ring>(in, out, 1, s);
+  (void)c.template all_reduce<algorithm::two_shot>(in, out, 1, s);
   (void)c.all_gather(in, out, 1, s);
 }
 
@@ -29,6 +30,7 @@ void instantiate_all(bootstrap::tcp& b, const options& o, const __nv_bfloat16* i
   gpu::selected_communicator c(b, o);
   (void)c.all_reduce(in, out, 1, s);
   (void)c.all_reduce(in, out, 1, s, algorithm::ring{});
+  (void)c.all_reduce(in, out, 1, s, algorithm::two_shot{});
   (void)c.all_gather(in, out, 1, s);
 }
 

@@ -73,11 +73,14 @@ inline bool no_launch_barrier() {
 template <class T, class Comm>
 status run_one(Comm& comm, algorithm::algo a, bool gather, const T* in, T* out, std::size_t count, cudaStream_t s) {
   if (gather) return comm.all_gather(in, out, count, s);
-  if (a == algorithm::algo::ring) return comm.template all_reduce<algorithm::ring>(in, out, count, s);
-  return comm.template all_reduce<algorithm::one_shot>(in, out, count, s);
+  return host::with_algorithm(a, [&](auto tag) { return comm.all_reduce(in, out, count, s, tag); });
 }
 
 inline void no_tweak(options&) {}
+
+inline std::string algo_name(algorithm::algo a) {
+  return a == algorithm::algo::ring ? "ring" : a == algorithm::algo::two_shot ? "two_shot" : "one_shot";
+}
 
 /// Kernel variants (kernel::reduce_path) the one-shot all-reduces of sweep() launched, as rank 0's communicator
 /// chose them (gpu::communicator::path_for): a test case REQUIREs the variants it means to cover.
@@ -106,7 +109,10 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(opti
     algorithm::algo a;
     bool gather;
   };
-  const variant variants[] = {{algorithm::algo::one_shot, false}, {algorithm::algo::ring, false}, {algorithm::algo::one_shot, true}};
+  const variant variants[] = {{algorithm::algo::one_shot, false},
+                              {algorithm::algo::two_shot, false},
+                              {algorithm::algo::ring, false},
+                              {algorithm::algo::one_shot, true}};
   std::vector<std::vector<T>> inputs(n), outputs(n);
   std::mutex mu;
   int failures = 0;
@@ -150,7 +156,7 @@ void sweep(int n, const std::vector<std::size_t>& byte_sizes, void (*tweak)(opti
               std::lock_guard lock(mu);
               ++failures;
               MESSAGE("mismatch: ranks=" << n << " type=" << std::string(reduce::sum<T>::name) << " bytes=" << bytes
-                                         << " algo=" << std::string(v.a == algorithm::algo::ring ? "ring" : "one_shot")
+                                         << " algo=" << algo_name(v.a)
                                          << std::string(v.gather ? " all_gather" : " all_reduce") << " rank=" << q);
             }
           }
@@ -213,7 +219,9 @@ TEST_SUITE("gpu.collectives") {
   }
   TEST_CASE("in-place all-reduces (output = input) match the reference on every kernel, aligned and misaligned") {
     // The own contribution is read from the input while the output is written: one_shot reads a packet before
-    // storing it; ring stores into chunks it has finished reading (algorithm/one_shot.hpp, ring.hpp).
+    // storing it; ring stores into chunks it has finished reading; two_shot reads every packet of a part (sent in
+    // its reduce-scatter, summed by the owner) before that part writes it (algorithm/one_shot.hpp, ring.hpp,
+    // two_shot.hpp).
     covers_sweep_paths([] {
       for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, sizes_16, no_tweak, no_shift, true);
       for (int n : {2, 4}) sweep<float>(n, {28, 49152, (1u << 20) + 4}, no_tweak, rank_shift, true);
@@ -439,7 +447,7 @@ TEST_SUITE("gpu.epilogue") {
     std::vector<std::vector<T>> inputs(n), outputs(n);
     const auto residual = make_input<T>(count, 99, 7);
     std::atomic<int> bad{0};
-    for (auto algo : {algorithm::algo::one_shot, algorithm::algo::ring}) {
+    for (auto algo : {algorithm::algo::one_shot, algorithm::algo::two_shot, algorithm::algo::ring}) {
       host::spawn_ranks(n, [&](bootstrap::in_process& b) {
         const int r = b.rank();
         gpu::communicator<> comm(b, o);
@@ -452,9 +460,8 @@ TEST_SUITE("gpu.epilogue") {
         pinned<T> hout(count);
         b.barrier();
         const residual_scale epi{dres.p, 0.5f, count};
-        const status st = algo == algorithm::algo::ring
-                              ? comm.all_reduce(din.p, dout.p, count, gr.stream, algorithm::ring{}, epi)
-                              : comm.all_reduce(din.p, dout.p, count, gr.stream, algorithm::one_shot{}, epi);
+        const status st =
+            host::with_algorithm(algo, [&](auto tag) { return comm.all_reduce(din.p, dout.p, count, gr.stream, tag, epi); });
         if (st != status::ok) ++bad;
         cudaMemcpyAsync(hout.data(), dout.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
         cudaStreamSynchronize(gr.stream);
@@ -479,8 +486,8 @@ TEST_SUITE("gpu.epilogue") {
 
 namespace {
 /// One rank's four collectives of T captured in one graph, in this order: a one_shot all-reduce of count[0], an
-/// all-gather of count[1], a ring all-reduce of count[2] and a one_shot all-reduce of count[3] (different sizes:
-/// different CTA counts). Device inputs and outputs and their pinned host copies are allocated at construction,
+/// all-gather of count[1], an all-reduce of count[2] with algorithm `third` (ring unless set) and a one_shot
+/// all-reduce of count[3] (different sizes: different CTA counts). Device inputs and outputs and their pinned host copies are allocated at construction,
 /// before the rank's barrier; the graph objects are destroyed with it.
 template <class T>
 struct four_collectives {
@@ -490,6 +497,7 @@ struct four_collectives {
   std::vector<pinned<T>> host_in, host_out;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  algorithm::algo third = algorithm::algo::ring;
 
   four_collectives(int ranks, std::size_t c0, std::size_t c1, std::size_t c2, std::size_t c3) : n(ranks), count{c0, c1, c2, c3} {
     for (int k = 0; k < 4; ++k) {
@@ -511,7 +519,8 @@ struct four_collectives {
     CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     REQUIRE(comm.all_reduce(in[0].p, out[0].p, count[0], stream) == status::ok);
     REQUIRE(comm.all_gather(in[1].p, out[1].p, count[1], stream) == status::ok);
-    REQUIRE(comm.template all_reduce<algorithm::ring>(in[2].p, out[2].p, count[2], stream) == status::ok);
+    REQUIRE(host::with_algorithm(third, [&](auto tag) { return comm.all_reduce(in[2].p, out[2].p, count[2], stream, tag); }) ==
+            status::ok);
     REQUIRE(comm.all_reduce(in[3].p, out[3].p, count[3], stream) == status::ok);
     more(stream);
     CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
@@ -604,9 +613,12 @@ TEST_SUITE("gpu.graph") {
     }
   }
 
-  TEST_CASE("1000 graph replays mixing all-reduce and all-gather of different sizes and grid sizes stay correct") {
-   for (const bool pdl : {false, true}) {
+  TEST_CASE("1000 graph replays mixing all-reduce (one_shot, and ring or two_shot) and all-gather of different sizes "
+            "and grid sizes stay correct") {
+   for (const bool pdl : {false, true})
+   for (const algorithm::algo third : {algorithm::algo::ring, algorithm::algo::two_shot}) {
     CAPTURE(pdl);  // also with programmatic dependent launch (opt-in): edges between the captured kernels
+    CAPTURE(algo_name(third));
     const int n = 4;
     options o = gpu::default_options();
     o.capacity_bytes = 1 << 20;
@@ -619,6 +631,7 @@ TEST_SUITE("gpu.graph") {
       comm.set_programmatic_launch(pdl);
       gpu_rank gr;
       four_collectives<T> f(n, 1000, 8192, 40000 + 3, 300);  // counts for different CTA counts: 1, 4 and 16 parts
+      f.third = third;
       f.capture(comm, gr.stream, [](cudaStream_t) {});
       b.barrier();  // no device-synchronising call from here on
       // small integers: every sum is exact, so the expected value is known in closed form
@@ -652,6 +665,8 @@ __global__ void read_failures(protocol::rank_state* state, std::uint64_t* out) {
 TEST_SUITE("gpu.graph") {
   TEST_CASE("graph replay after a peer stops: every survivor's outputs are NaN, never the previous values; the "
             "failure count rises by one per collective, also inside the graph; check_health names the rank") {
+   for (const algorithm::algo third : {algorithm::algo::ring, algorithm::algo::two_shot}) {
+    CAPTURE(algo_name(third));
     const int n = 4, dead = n - 1;
     options o = gpu::default_options();
     o.capacity_bytes = 1 << 20;
@@ -663,8 +678,10 @@ TEST_SUITE("gpu.graph") {
       const int r = b.rank();
       gpu::communicator<> comm(b, o);
       gpu_rank gr;
-      // decode-size (small kernel), all-gather, ring, and a bulk one-shot: every kernel variant's failure path
+      // decode-size (small kernel), all-gather, ring or two_shot, and a bulk one-shot: every kernel variant's failure
+      // path
       four_collectives<T> f(n, 1000, 2048, 40000 + 3, 100000);
+      f.third = third;
       dev_buf<std::uint64_t> in_graph(1);
       pinned<std::uint64_t> seen(1);
       f.fill_inputs([&](int, std::size_t) { return from_float<T>(float(r + 1)); });
@@ -723,6 +740,7 @@ TEST_SUITE("gpu.graph") {
       b.barrier();
     });
     CHECK(bad.load() == 0);
+   }
   }
 }
 
@@ -837,7 +855,7 @@ TEST_SUITE("gpu.graph") {
 /// synchronize, its kernel ends by itself, and later calls are no-ops. At 2 ranks a call of at most 64 KiB takes
 /// the LL path (one_shot::uses_ll), whose waits are the inline checks, not wait_one.
 template <class Transport>
-void never_launches(std::size_t count, int n = 4) {
+void never_launches(std::size_t count, int n = 4, algorithm::algo a = algorithm::algo::one_shot) {
   const int dead = n - 1;
   options o = gpu::default_options();
   o.capacity_bytes = 1 << 20;
@@ -852,7 +870,8 @@ void never_launches(std::size_t count, int n = 4) {
     b.barrier();  // no device-synchronising call from here on
     if (b.rank() != dead) {
       const auto t0 = std::chrono::steady_clock::now();
-      if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::ok) ++bad;
+      auto call = [&] { return host::with_algorithm(a, [&](auto tag) { return comm.all_reduce(din.p, dout.p, count, gr.stream, tag); }); };
+      if (call() != status::ok) ++bad;
       // Health is polled while the kernel may still run: no device synchronize.
       host::health h;
       while ((h = comm.check_health()).ok() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1300))
@@ -863,7 +882,7 @@ void never_launches(std::size_t count, int n = 4) {
       if (ms > 300 + 1000) ++bad;
       if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;  // the kernel ended by itself
       const auto t1 = std::chrono::steady_clock::now();
-      if (comm.all_reduce(din.p, dout.p, count, gr.stream) != status::poisoned) ++bad;
+      if (call() != status::poisoned) ++bad;
       if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(50)) ++bad;
     }
     b.barrier();
@@ -879,7 +898,8 @@ inline bool takes_ll_path(std::uint64_t count) {
   o.capacity_bytes = 1 << 20;
   const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<reduce::sum<float>>);
   const std::uint32_t parts = algorithm::part_count(packets, protocol::ceil_div(o.min_part_bytes, packet_bytes), o.max_parts);
-  return algorithm::one_shot::uses_ll<reduce::sum<float>>(host::make_layout<algorithm::one_shot, algorithm::ring>(2, o, true), 2,
+  return algorithm::one_shot::uses_ll<reduce::sum<float>>(
+      host::make_layout<algorithm::one_shot, algorithm::ring, algorithm::two_shot>(2, o, true), 2,
                                                           count, parts, kernel::threads_per_block);
 }
 
@@ -961,8 +981,8 @@ TEST_SUITE("gpu.protocol") {
         cudaMemcpyAsync(din.p, h.data(), count * 4, cudaMemcpyHostToDevice, gr.stream);
         for (int i = 0; i < 8; ++i) {
           cudaMemsetAsync(dout.p, 0, count * 4, gr.stream);
-          const status st = (i & 1) ? comm.all_reduce<algorithm::ring>(din.p, dout.p, count, gr.stream)
-                                    : comm.all_reduce(din.p, dout.p, count, gr.stream);
+          const algorithm::algo a = i % 3 == 1 ? algorithm::algo::ring : i % 3 == 2 ? algorithm::algo::two_shot : algorithm::algo::one_shot;
+          const status st = host::with_algorithm(a, [&](auto tag) { return comm.all_reduce(din.p, dout.p, count, gr.stream, tag); });
           cudaMemcpyAsync(g.data(), dout.p, count * 4, cudaMemcpyDeviceToHost, gr.stream);
           cudaStreamSynchronize(gr.stream);
           if (st != status::ok) ++bad;
@@ -1077,6 +1097,10 @@ TEST_SUITE("gpu.protocol") {
   }
   TEST_CASE("proxy mode, many parts: a rank that never launches is reported by every other rank (each CTA aborts its own part)") {
     never_launches<transport::cuda_loopback_proxy>(65536);  // 256 KiB: 16 parts, each with its own post queue
+  }
+  TEST_CASE("two_shot: a rank that never launches is reported by every other rank, direct and proxy mode (16 parts)") {
+    never_launches<transport::cuda_loopback>(65536, 4, algorithm::algo::two_shot);
+    never_launches<transport::cuda_loopback_proxy>(65536, 4, algorithm::algo::two_shot);
   }
   TEST_CASE("2 ranks (LL path): a rank that never launches is reported by its peer, which becomes a no-op") {
     REQUIRE(takes_ll_path(4096));

@@ -3,8 +3,8 @@
 // ROCENANTE_BOOTSTRAP), every rank builds gpu::selected_communicator with ROCENANTE_TRANSPORT forced to cuda_ipc
 // (GPU windows mapped between the processes) or socket (the proxy path over TCP, host-mapped windows), and the
 // parent checks what each rank printed and how it exited:
-//   - N = 2 and 4: fp32/fp16/bf16 one_shot, ring and all-gather at counts 1, 7, 1003 (not a whole packet), 8 KiB,
-//     48 KiB and 4 MiB, exact against a reference each rank computes and byte-identical across processes (hashes);
+//   - N = 2 and 4: fp32/fp16/bf16 one_shot, two_shot, ring and all-gather at counts 1, 7, 1003 (not a whole packet),
+//     8 KiB, 48 KiB and 4 MiB, exact against a reference each rank computes and byte-identical across processes (hashes);
 //     1,000 mixed collectives (same seed on every rank); 100 CUDA-graph replays of four collectives with inputs
 //     changed in place between replays, with programmatic launch off and on; the start-up decision line;
 //   - N = 4: rank 2 raises SIGKILL after 50 collectives; every survivor reports rank 2 within timeout + 1 s and
@@ -69,13 +69,14 @@ double since(std::chrono::steady_clock::time_point t) {
 }
 
 /// What a call runs: a named algorithm, the configured one (ROCENANTE_ALGO, auto by size), or an all-gather.
-enum class op { one_shot, ring, automatic, gather };
+enum class op { one_shot, ring, automatic, gather, two_shot };
 const char* op_name(op k) {
   switch (k) {
     case op::one_shot: return "one_shot";
     case op::ring: return "ring";
     case op::automatic: return "auto";
     case op::gather: return "all_gather";
+    case op::two_shot: return "two_shot";
   }
   return "?";
 }
@@ -87,6 +88,7 @@ status launch(gpu::selected_communicator& c, op k, const T* in, T* out, std::siz
     case op::ring: return c.all_reduce(in, out, count, s, algorithm::ring{});
     case op::automatic: return c.all_reduce(in, out, count, s);
     case op::gather: return c.all_gather(in, out, count, s);
+    case op::two_shot: return c.all_reduce(in, out, count, s, algorithm::two_shot{});
   }
   return status::internal;
 }
@@ -140,12 +142,12 @@ const char* dtype_name() {
   return std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, __half> ? "fp16" : "bf16";
 }
 
-/// Every dtype x {one_shot, ring, all-gather} x counts 1, 7, 1003, 8 KiB, 48 KiB, 4 MiB.
+/// Every dtype x {one_shot, two_shot, ring, all-gather} x counts 1, 7, 1003, 8 KiB, 48 KiB, 4 MiB.
 template <class T>
 std::string sweep(gpu::selected_communicator& c, rank_buffers& b, int& calls, std::uint64_t& hash) {
   const std::size_t counts[] = {1, 7, 1003, (8u << 10) / sizeof(T), (48u << 10) / sizeof(T), (4u << 20) / sizeof(T)};
   for (std::size_t count : counts)
-    for (op k : {op::one_shot, op::ring, op::gather}) {
+    for (op k : {op::one_shot, op::two_shot, op::ring, op::gather}) {
       if (std::string w = one_call<T>(c, b, k, count, calls, hash); !w.empty())
         return std::string(dtype_name<T>()) + " " + op_name(k) + " count " + std::to_string(count) + ": " + w;
       ++calls;
@@ -158,7 +160,7 @@ std::string mixed(gpu::selected_communicator& c, rank_buffers& b, int& calls, st
   std::mt19937 rng(2026);
   for (int j = 0; j < 1000; ++j) {
     const int dtype = static_cast<int>(rng() % 3);
-    const op k = static_cast<op>(rng() % 4);
+    const op k = static_cast<op>(rng() % 5);
     const int size_class = static_cast<int>(rng() % 8);
     std::size_t count = 0;
     if (size_class == 0) count = 1 + rng() % 16;
@@ -718,7 +720,7 @@ void check_world(const std::string& transport, int n) {
     CHECK(rs[r].value("transport") == transport);
     // the start-up decision, logged once per rank at INFO
     CHECK(rs[r].out.find("ROCENANTE INFO transport " + transport + " (ROCENANTE_TRANSPORT=" + transport) != std::string::npos);
-    CHECK(rs[r].value("sweep_calls") == "54");  // 3 dtypes x 6 counts x (one_shot, ring, all-gather)
+    CHECK(rs[r].value("sweep_calls") == "72");  // 3 dtypes x 6 counts x (one_shot, two_shot, ring, all-gather)
     CHECK(rs[r].value("mixed_calls") == "1000");
     CHECK(rs[r].value("graph_replays") == "100");
     CHECK(rs[r].value("graph_pdl_replays") == "100");
@@ -891,19 +893,19 @@ TEST_SUITE("gpu.multiprocess.faults") {
 
 // Case names have no commas: doctest's -tc takes a comma-separated list (e.g. -tc='socket with 4*').
 TEST_SUITE("gpu.multiprocess") {
-  TEST_CASE("cuda_ipc with 2 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and byte-identical; "
+  TEST_CASE("cuda_ipc with 2 processes on one GPU: fp32/fp16/bf16 one_shot/two_shot/ring/all-gather exact and byte-identical; "
             "1000 mixed calls; 100 graph replays") {
     check_world("cuda_ipc", 2);
   }
-  TEST_CASE("cuda_ipc with 4 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and byte-identical; "
+  TEST_CASE("cuda_ipc with 4 processes on one GPU: fp32/fp16/bf16 one_shot/two_shot/ring/all-gather exact and byte-identical; "
             "1000 mixed calls; 100 graph replays") {
     check_world("cuda_ipc", 4);
   }
-  TEST_CASE("socket (proxy path) with 2 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and "
+  TEST_CASE("socket (proxy path) with 2 processes on one GPU: fp32/fp16/bf16 one_shot/two_shot/ring/all-gather exact and "
             "byte-identical; 1000 mixed calls; 100 graph replays") {
     check_world("socket", 2);
   }
-  TEST_CASE("socket (proxy path) with 4 processes on one GPU: fp32/fp16/bf16 one_shot/ring/all-gather exact and "
+  TEST_CASE("socket (proxy path) with 4 processes on one GPU: fp32/fp16/bf16 one_shot/two_shot/ring/all-gather exact and "
             "byte-identical; 1000 mixed calls; 100 graph replays") {
     check_world("socket", 4);
   }

@@ -30,6 +30,8 @@ void ok(comm_t& c, session_t& s, float* p) {
   (void)c.all_reduce<algorithm::ring>(p, p, 4);
   (void)c.all_gather<algorithm::one_shot>(p, p + 4, 4);
   (void)algorithm::ring::all_reduce<reduce::sum<float>>(s, p, p, 4, 1);
+  (void)algorithm::two_shot::all_reduce<reduce::sum<float>>(s, p, p, 4, 1);
+  (void)c.all_reduce<algorithm::two_shot>(p, p, 4);
   (void)algorithm::one_shot_fp4::all_reduce<reduce::nvfp4_sum<float>>(s, p, p, 4, 1, nullptr);
   static_assert(reduce::check_reduction<reduce::sum<float>>() && algorithm::check_algorithm<algorithm::ring>() &&
                 transport::check_transport<transport::loopback>());
@@ -52,4 +54,10 @@ void nvfp4_wire_on_ring(session_t& s, float* p) { (void)algorithm::ring::all_red
 void plain_sum_on_fp4_wire(session_t& s, float* p) {
   (void)algorithm::one_shot_fp4::all_reduce<reduce::sum<float>>(s, p, p, 4, 1, nullptr);
 }
+#elif CASE == 9
+void nvfp4_wire_on_two_shot(session_t& s, float* p) {
+  (void)algorithm::two_shot::all_reduce<reduce::nvfp4_sum<float>>(s, p, p, 4, 1);
+}
+#elif CASE == 10
+void gather_on_two_shot(comm_t& c, float* p) { (void)c.all_gather<algorithm::two_shot>(p, p + 4, 4); }
 #endif

@@ -33,9 +33,11 @@ std::vector<std::size_t> acceptance_counts(const options& o) {
   return {1, 7, 16, 4096 + 3, static_cast<std::size_t>(o.capacity_bytes / sizeof(T))};
 }
 
+/// `counts` empty: acceptance_counts.
 template <class A, class T, class Transport = transport::loopback>
-void check_all_reduce_against_reference(int n, const options& opts, std::uint64_t case_id) {
-  const std::vector<std::size_t> counts = acceptance_counts<T>(opts);
+void check_all_reduce_against_reference(int n, const options& opts, std::uint64_t case_id,
+                                        std::vector<std::size_t> counts = {}) {
+  if (counts.empty()) counts = acceptance_counts<T>(opts);
   const std::size_t nc = counts.size();
   using buffers = std::vector<std::vector<T>>;
   std::vector<buffers> in(nc, buffers(n)), out(nc, buffers(n)), inplace(nc, buffers(n));

@@ -37,9 +37,13 @@ TEST_SUITE("host.concepts") {
     CHECK(reduce::sum<__nv_bfloat16>::dtype_id != reduce::sum<__half>::dtype_id);
   }
 
-  TEST_CASE("one_shot and ring satisfy algorithm::algorithm and an algorithm missing a member does not") {
+  TEST_CASE("one_shot, two_shot and ring satisfy algorithm::algorithm and an algorithm missing a member does not") {
     static_assert(algorithm::algorithm<one_shot>);
     static_assert(algorithm::algorithm<ring>);
+    static_assert(algorithm::algorithm<algorithm::two_shot>);
+    CHECK(algorithm::two_shot::id != one_shot::id);
+    CHECK(algorithm::two_shot::id != ring::id);
+    CHECK_FALSE(algorithm::two_shot::supports_all_gather);
     static_assert(algorithm::algorithm<mock::algorithm_ok>);
     static_assert(!algorithm::algorithm<mock::algorithm_no_wire_bytes>);
     static_assert(!algorithm::algorithm<mock::algorithm_no_id>);
@@ -50,8 +54,11 @@ TEST_SUITE("host.concepts") {
     CHECK_FALSE(ring::supports_all_gather);
   }
 
-  TEST_CASE("ring refuses a reduction that is lossy per hop and one_shot accepts it") {
+  TEST_CASE("ring and two_shot refuse a reduction that is lossy per hop and one_shot accepts it") {
     CHECK_FALSE(ring::supports<mock::reduction_lossy>);
+    CHECK_FALSE(algorithm::two_shot::supports<mock::reduction_lossy>);
+    CHECK_FALSE(algorithm::two_shot::supports<reduce::nvfp4_sum<float>>);
+    CHECK(algorithm::two_shot::supports<reduce::sum<__half>>);
     CHECK(ring::supports<mock::reduction_ok>);
     CHECK(one_shot::supports<mock::reduction_lossy>);
     CHECK(ring::supports<reduce::sum<__nv_bfloat16>>);
@@ -244,6 +251,8 @@ TEST_SUITE("host.schedule") {
       CHECK(ring::channels(n) == (n > 1 ? 2u * (n - 1) : 1u));
       CHECK(one_shot::steps(n) == (n > 1 ? 1u : 0u));
       CHECK(ring::steps(n) == (n > 1 ? 2u * (n - 1) : 0u));
+      CHECK(algorithm::two_shot::channels(n) == (n > 1 ? 2u * n : 1u));
+      CHECK(algorithm::two_shot::steps(n) == (n > 1 ? 2u : 0u));
       for (std::uint64_t bytes : {16ull, 4100ull, 65536ull}) {
         CAPTURE(bytes);
         CHECK(one_shot::wire_bytes(n, bytes) == (n - 1) * bytes);
@@ -251,6 +260,9 @@ TEST_SUITE("host.schedule") {
         CHECK(ring::wire_bytes(n, bytes) == (n > 1 ? 2 * (n - 1) * chunk : 0));  // fp32: partials as wide as data
         CHECK(ring::wire_bytes(n, bytes, 2) == (n > 1 ? 3 * (n - 1) * chunk : 0));  // 16-bit: fp32 partials in RS
         if (n >= 3) CHECK(ring::wire_bytes(n, bytes) < one_shot::wire_bytes(n, bytes));  // why the ring exists
+        CHECK(algorithm::two_shot::wire_bytes(n, bytes) == (n > 1 ? 2 * (n - 1) * chunk : 0));  // inputs, not partials
+        if (n >= 3) CHECK(algorithm::two_shot::wire_bytes(n, bytes) < one_shot::wire_bytes(n, bytes));
+        CHECK(algorithm::two_shot::wire_bytes(n, bytes) <= ring::wire_bytes(n, bytes, 2));
       }
     }
   }
@@ -271,6 +283,36 @@ TEST_SUITE("host.schedule") {
           const std::uint64_t k = ring::chunk_packets(n, protocol::ceil_div(count, lanes));
           const std::uint64_t end = (n - 1) * k * abytes + (n - 1) * k * packet_bytes;
           CHECK(ring::slot_bytes(n, cap) >= end);
+          // two_shot: source q at q * n*K*16, packet i of chunk c at q * n*K*16 + i*16 (i < n*K).
+          const std::uint64_t packets = protocol::ceil_div(count, lanes), k2 = algorithm::chunk_packets(n, packets);
+          CHECK(algorithm::two_shot::source_stride(n, packets) == n * k2 * packet_bytes);
+          CHECK(algorithm::two_shot::slot_bytes(n, cap) >= (n - 1) * n * k2 * packet_bytes + packets * packet_bytes);
+        }
+      }
+  }
+
+  TEST_CASE("two_shot: at every rank, the reduce-scatter packets and the all-gathered packets of a source never meet") {
+    // At rank x, source q receives chunk x from q (reduce-scatter, q != x) and chunk q from its owner q (all-gather):
+    // disjoint for q != x, and within the source's stride for every chunk.
+    for (int n = 2; n <= max_ranks; ++n)
+      for (std::uint64_t packets : {1ull, 2ull, 15ull, 16ull, 17ull, 1000ull}) {
+        CAPTURE(n);
+        CAPTURE(packets);
+        const std::uint64_t k = algorithm::chunk_packets(n, packets);
+        const std::uint64_t stride = algorithm::two_shot::source_stride(n, packets);
+        for (int x = 0; x < n; ++x)
+          for (int q = 0; q < n; ++q) {
+            if (q == x) continue;
+            const algorithm::range rs = algorithm::chunk_part(x, k, packets, {0, k});
+            const algorithm::range ag = algorithm::chunk_part(q, k, packets, {0, k});
+            CHECK((rs.end <= ag.begin || ag.end <= rs.begin));
+            CHECK(rs.end * packet_bytes <= stride);
+            CHECK(ag.end * packet_bytes <= stride);
+          }
+        for (int q = 0; q < n; ++q) {  // the abort path of a closed peer covers both of q's channels, nothing else
+          for (std::uint32_t ch = 0; ch < algorithm::two_shot::channels(n); ++ch)
+            CHECK(algorithm::writes_channel(static_cast<std::uint32_t>(algorithm::algo::two_shot), n, (q + 1) % n, q, ch) ==
+                  (ch == algorithm::two_shot::rs_channel(q) || ch == algorithm::two_shot::ag_channel(n, q)));
         }
       }
   }
@@ -285,10 +327,12 @@ TEST_SUITE("host.schedule") {
           options o;
           o.capacity_bytes = cap;
           o.max_parts = max_parts;
-          const protocol::window_layout l = host::make_layout<one_shot, ring>(n, o);
+          const protocol::window_layout l = host::make_layout<one_shot, ring, algorithm::two_shot>(n, o);
           CHECK(l.ranks == static_cast<std::uint32_t>(n));
           CHECK(l.channels >= one_shot::channels(n));
           CHECK(l.channels >= ring::channels(n));
+          CHECK(l.channels >= algorithm::two_shot::channels(n));
+          CHECK(l.slot_bytes >= algorithm::two_shot::slot_bytes(n, cap));
           CHECK(l.source_stride >= cap);
           CHECK(l.source_stride % packet_bytes == 0);
           CHECK(l.slot_bytes >= one_shot::slot_bytes(n, cap));

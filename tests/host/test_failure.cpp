@@ -121,6 +121,17 @@ TEST_SUITE("host.failure") {
     }
   }
 
+  TEST_CASE("two_shot: a rank that returns after five collectives is named by every other rank within the bound") {
+    // Every rank waits for the quitter in the reduce-scatter; a survivor whose reduce-scatter wait passed would wait
+    // for the owners in the all-gather, whose bound has one hop of grace more, so it learns the culprit from their
+    // aborts. Blame is decided by which deadline fires first, so the scenario runs several times.
+    for (int round = 0; round < 4; ++round) {
+      CAPTURE(round);
+      const auto res = check_quitter_after_five<algorithm::two_shot>(failure_options());
+      CHECK(res[3].good == 5);
+    }
+  }
+
   TEST_CASE("a rank that sleeps past the timeout is reported by the others, and its own late call fails too") {
     const options o = failure_options();
     double total = 0;
@@ -255,7 +266,7 @@ bool none_poison(const std::vector<T>& v) {
   return std::none_of(v.begin(), v.end(), [](T x) { return bits_of(x) == algorithm::poison_bits<T>(); });
 }
 
-enum class call_kind { one_shot, ring, all_gather };
+enum class call_kind { one_shot, ring, two_shot, all_gather };
 
 struct poison_result {
   status failed = status::ok, later = status::ok;
@@ -284,6 +295,7 @@ std::vector<poison_result> run_poisoned(call_kind kind, std::size_t count) {
       switch (kind) {
         case call_kind::one_shot: return comm.all_reduce<one_shot>(i, ou, count);
         case call_kind::ring: return comm.all_reduce<ring>(i, ou, count);
+        case call_kind::two_shot: return comm.all_reduce<algorithm::two_shot>(i, ou, count);
         default: return comm.all_gather(i, ou, count);
       }
     };
@@ -348,6 +360,12 @@ TEST_SUITE("host.failure.poison") {
     SUBCASE("fp32") { check_poisoned<float>(call_kind::ring, 1000); }
     SUBCASE("fp16") { check_poisoned<__half>(call_kind::ring, 1001); }
     SUBCASE("bf16") { check_poisoned<__nv_bfloat16>(call_kind::ring, 999); }
+  }
+
+  TEST_CASE("two_shot: after a peer dies every survivor's output is NaN, never the previous values, and counted") {
+    SUBCASE("fp32") { check_poisoned<float>(call_kind::two_shot, 1000); }
+    SUBCASE("fp16") { check_poisoned<__half>(call_kind::two_shot, 1001); }
+    SUBCASE("bf16") { check_poisoned<__nv_bfloat16>(call_kind::two_shot, 999); }
   }
 
   TEST_CASE("all-gather: after a peer dies every survivor's whole output (size() x count) is NaN and counted") {

@@ -72,6 +72,11 @@ int rank_expect_failure() {
   return 0;
 }
 
+constexpr algorithm::algo mixed_algos[] = {algorithm::algo::one_shot, algorithm::algo::ring, algorithm::algo::two_shot};
+const char* algo_text(algorithm::algo a) {
+  return a == algorithm::algo::ring ? "ring" : a == algorithm::algo::two_shot ? "two_shot" : "one_shot";
+}
+
 /// One all-reduce or all-gather of `count` elements of T, checked exactly against the reference every rank can
 /// compute; returns an empty string or what was wrong, and folds the output bytes into `hash`.
 template <class T>
@@ -81,8 +86,7 @@ std::string one_call(host::selected_communicator& c, algorithm::algo a, bool gat
   std::vector<T> in(count), out(gather ? count * n : count);
   for (std::size_t i = 0; i < count; ++i) in[i] = exact_input<T>(me, i, round);
   const status st = gather ? c.all_gather(in.data(), out.data(), count)
-                    : a == algorithm::algo::ring ? c.all_reduce(in.data(), out.data(), count, algorithm::ring{})
-                                                 : c.all_reduce(in.data(), out.data(), count, algorithm::one_shot{});
+                           : host::with_algorithm(a, [&](auto tag) { return c.all_reduce(in.data(), out.data(), count, tag); });
   if (st != status::ok) return std::string("status ") + to_string(st) + ": " + c.last_error();
   if (std::string wrong = check_exact(out.data(), n, count, round, gather); !wrong.empty()) return wrong;
   hash = fnv(out.data(), out.size() * sizeof(T), hash);
@@ -103,9 +107,9 @@ int rank_collectives() {
     std::printf("failed=%s: %s\n", what.c_str(), why.c_str());
     return 1;
   };
-  for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring})
+  for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::two_shot, algorithm::algo::ring})
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{4099}, std::size_t{16384}}) {
-      const std::string what = std::string(a == algorithm::algo::ring ? "ring" : "one_shot") + " count " + std::to_string(count);
+      const std::string what = std::string(algo_text(a)) + " count " + std::to_string(count);
       if (auto w = one_call<float>(c, a, false, count, calls++, hash); !w.empty()) return fail(what + " fp32", w);
       if (auto w = one_call<__half>(c, a, false, count, calls++, hash); !w.empty()) return fail(what + " fp16", w);
       if (auto w = one_call<__nv_bfloat16>(c, a, false, count, calls++, hash); !w.empty()) return fail(what + " bf16", w);
@@ -118,7 +122,7 @@ int rank_collectives() {
   for (int k = 0; k < 200; ++k) {
     const std::size_t count = 1 + rng() % 6000;
     const int pick = static_cast<int>(rng() % 5);
-    const auto a = rng() % 2 ? algorithm::algo::ring : algorithm::algo::one_shot;
+    const auto a = mixed_algos[rng() % 3];
     std::string w;
     if (pick == 0) w = one_call<float>(c, a, false, count, calls, hash);
     else if (pick == 1) w = one_call<__half>(c, a, false, count, calls, hash);
@@ -152,8 +156,8 @@ int rank_select_fault() {
   }
 }
 
-/// Rank TEST_KILL_RANK (default 2) kills itself with SIGKILL after 50 collectives (one_shot, or ring with
-/// TEST_ALGO=ring); the others report it by name and print how long they waited (since their last good call).
+/// Rank TEST_KILL_RANK (default 2) kills itself with SIGKILL after 50 collectives (one_shot, or TEST_ALGO=ring or
+/// two_shot); the others report it by name and print how long they waited (since their last good call).
 int rank_kill() {
   bootstrap::tcp boot = bootstrap::tcp::from_env();
   options o;
@@ -161,8 +165,10 @@ int rank_kill() {
   host::selected_communicator c(boot, o);  // ROCENANTE_TIMEOUT_MS from the parent sets the bound
   const char* victim_var = std::getenv("TEST_KILL_RANK");
   const int victim = victim_var ? std::atoi(victim_var) : 2;
-  const char* algo_var = std::getenv("TEST_ALGO");
-  const bool ring = algo_var && std::string(algo_var) == "ring";
+  const std::string algo_var = std::getenv("TEST_ALGO") ? std::getenv("TEST_ALGO") : "one_shot";
+  const algorithm::algo a = algo_var == "ring"       ? algorithm::algo::ring
+                            : algo_var == "two_shot" ? algorithm::algo::two_shot
+                                                     : algorithm::algo::one_shot;
   std::vector<float> in(1024, 1.0f), out(1024);
   auto last_ok = std::chrono::steady_clock::now();
   for (int k = 0;; ++k) {
@@ -170,8 +176,7 @@ int rank_kill() {
       std::printf("killed_ns=%lld\n", monotonic_ns());  // line-buffered: out before the signal
       ::raise(SIGKILL);
     }
-    const status st = ring ? c.all_reduce(in.data(), out.data(), in.size(), algorithm::ring{})
-                           : c.all_reduce(in.data(), out.data(), in.size(), algorithm::one_shot{});
+    const status st = host::with_algorithm(a, [&](auto tag) { return c.all_reduce(in.data(), out.data(), in.size(), tag); });
     if (st != status::ok) {
       std::printf("failed_ns=%lld\n", monotonic_ns());
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
@@ -448,15 +453,15 @@ TEST_SUITE("host.multiprocess.bootstrap") {
 }
 
 TEST_SUITE("host.multiprocess.collectives") {
-  TEST_CASE("host executor, 4 processes, no MPI: the vote picks socket; fp32/fp16/bf16 one_shot, ring, all-gather and 200 "
-            "mixed calls exact and byte-identical across processes") {
+  TEST_CASE("host executor, 4 processes, no MPI: the vote picks socket; fp32/fp16/bf16 one_shot, two_shot, ring, "
+            "all-gather and 200 mixed calls exact and byte-identical across processes") {
     const auto rs = run_world("collectives", 4, 4, {{"ROCENANTE_DEBUG", "INFO"}});
     INFO(all_output(rs));
     REQUIRE(rs.size() == 4);
     for (const auto& r : rs) {
       CHECK(r.exit_code == 0);
       CHECK(r.value("transport") == "socket");
-      CHECK(r.value("calls") == "227");  // 2 algorithms x 4 counts x 3 dtypes + 3 all-gathers + 200 mixed
+      CHECK(r.value("calls") == "239");  // 3 algorithms x 4 counts x 3 dtypes + 3 all-gathers + 200 mixed
       CHECK(r.value("hash") == rs[0].value("hash"));
     }
     CHECK(rs[0].value("hash").size() == 16);
@@ -484,13 +489,14 @@ TEST_SUITE("host.multiprocess.collectives") {
     // whose last frame to it went out before the close was seen, must learn it from the close, not from its
     // 10 s timeout. Measured from rank 0's kill (its last line, printed just before the signal) to each survivor's
     // failed call returning, on one clock (CLOCK_MONOTONIC); a survivor's wait since its last good call also
-    // counts the time rank 0 took to reach its kill, which a loaded machine can stretch. Runs alternate one_shot and
-    // ring; the first run with a slow survivor ends the test.
+    // counts the time rank 0 took to reach its kill, which a loaded machine can stretch. Runs take one_shot, ring
+    // and two_shot in turn (two_shot: rank 0 owes both its reduce-scatter and its all-gather words); the first run
+    // with a slow survivor ends the test.
     constexpr int runs = 20;
     int fast = 0;
     std::vector<double> worst(runs, 0);
     for (int run = 0; run < runs; ++run) {
-      const char* algo = run % 2 ? "ring" : "one_shot";
+      const char* algo = algo_text(mixed_algos[run % 3]);
       const auto rs = run_world("kill", 4, 4,
                                 {{"ROCENANTE_TIMEOUT_MS", "10000"}, {"ROCENANTE_TRANSPORT", "socket"},
                                  {"TEST_KILL_RANK", "0"}, {"TEST_ALGO", algo}},

@@ -1,8 +1,9 @@
 // tests/host/test_proxy.cpp — proxy mode on the host executor (transport::loopback_proxy): the collective only
 // stages bytes and posts descriptors; one CPU proxy thread per rank moves them and sets the peers' flags.
-// Same reference agreement as the loopback suites, a proxy paused across two doorbells (HAZARDS #1: it must
-// post every pending sequence when it resumes), a dead rank, and mixed back-to-back collectives (fewer than
-// the loopback stress: proxy mode costs ~5 ms a collective when 3 ranks and 3 proxy threads share 2 cores).
+// Same reference agreement as the loopback suites (two_shot too, which always posts per part), a proxy paused
+// across two doorbells (HAZARDS #1: it must post every pending sequence when it resumes), a dead rank, and mixed
+// back-to-back collectives (fewer than the loopback stress: proxy mode costs ~5 ms a collective when 3 ranks and 3
+// proxy threads share 2 cores).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <cstdlib>
 #include <optional>
@@ -12,6 +13,34 @@
 
 using namespace rtest;
 using proxy_comm = host::communicator<transport::loopback_proxy>;
+
+namespace {
+/// `n` ranks make `calls` all-reduces of algorithm A of 4096 floats (rank r contributes r + 1); per rank, its proxy's
+/// counters over those calls (posts, calls, writes) and in `res` its status (internal: a wrong sum).
+template <class A>
+std::vector<transport::proxy_stats> proxy_counts(int n, int calls, const options& o, std::vector<status>& res) {
+  std::vector<transport::proxy_stats> st(n);
+  res.assign(n, status::ok);
+  host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+    proxy_comm comm(boot, o);
+    std::vector<float> in(4096, float(boot.rank() + 1)), out(4096);
+    const float sum = float(n * (n + 1) / 2);
+    const transport::proxy_stats before = comm.transport().stats();
+    for (int i = 0; i < calls; ++i)
+      if (status s = comm.template all_reduce<A>(in.data(), out.data(), in.size()); s != status::ok)
+        res[boot.rank()] = s;
+      else if (out[0] != sum || out[4095] != sum)
+        res[boot.rank()] = status::internal;
+    boot.barrier();  // every peer's posts of the last call were taken before its flags let this rank finish
+    transport::proxy_stats after = comm.transport().stats();
+    after.posts -= before.posts;
+    after.calls -= before.calls;
+    after.writes -= before.writes;
+    st[boot.rank()] = after;
+  });
+  return st;
+}
+}  // namespace
 
 TEST_SUITE("host.proxy") {
   /// reference_options with calls posted once (the default threshold is above the 64 KiB capacity) or per part.
@@ -34,6 +63,31 @@ TEST_SUITE("host.proxy") {
       }
   }
 
+  TEST_CASE("two_shot over the proxy matches the float64 reference, bit for bit rank order, with either posting "
+            "threshold (two_shot always posts per part)") {
+    for (bool per_part : {false, true})
+      for (int n : {2, 3, 5}) {
+        CAPTURE(per_part);
+        CAPTURE(n);
+        check_all_reduce_against_reference<algorithm::two_shot, __half, transport::loopback_proxy>(n, posting(n != 3, per_part),
+                                                                                                  340 + n);
+      }
+  }
+
+  TEST_CASE("a two_shot call posts 2 (n - 1) descriptors per part, each one payload write and one flag write") {
+    constexpr int n = 4, calls = 12;
+    std::vector<status> res;
+    // below call_post_max_bytes: two_shot still posts per part
+    const auto st = proxy_counts<algorithm::two_shot>(n, calls, posting(true, false), res);
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      CHECK(res[r] == status::ok);
+      CHECK(st[r].posts == std::uint64_t{calls} * 3 * 2 * (n - 1));  // 3 parts of 1024 packets at min_part_bytes 16
+      CHECK(st[r].calls == 0);
+      CHECK(st[r].writes == 2 * st[r].posts);
+    }
+  }
+
   TEST_CASE("all-gather over the proxy concatenates exactly, at 2 and 8 ranks, calls posted once and per part") {
     for (bool per_part : {false, true}) {
       CAPTURE(per_part);
@@ -47,22 +101,8 @@ TEST_SUITE("host.proxy") {
     constexpr int n = 4, calls = 12;
     for (bool per_part : {false, true}) {
       CAPTURE(per_part);
-      const options o = posting(true, per_part);
-      std::vector<transport::proxy_stats> st(n);
-      std::vector<status> res(n, status::ok);
-      host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
-        proxy_comm comm(boot, o);
-        std::vector<float> in(4096, float(boot.rank() + 1)), out(4096);
-        const transport::proxy_stats before = comm.transport().stats();
-        for (int i = 0; i < calls; ++i)
-          if (status s = comm.all_reduce(in.data(), out.data(), in.size()); s != status::ok) res[boot.rank()] = s;
-        boot.barrier();  // every peer's posts of the last call were taken before its flags let this rank finish
-        transport::proxy_stats after = comm.transport().stats();
-        after.posts -= before.posts;
-        after.calls -= before.calls;
-        after.writes -= before.writes;
-        st[boot.rank()] = after;
-      });
+      std::vector<status> res;
+      const auto st = proxy_counts<one_shot>(n, calls, posting(true, per_part), res);
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
         CHECK(res[r] == status::ok);
@@ -178,34 +218,37 @@ TEST_SUITE("host.proxy") {
     }
   }
 
-  TEST_CASE("a rank that leaves is reported by the others within the bound, and every proxy stops") {
-    options o = reference_options(false);
-    o.timeout_ns = 500'000'000ull;
-    std::vector<status> st(4, status::internal);
-    std::vector<host::health> h(4);
-    std::vector<double> seconds(4, 0);
-    stopwatch total;
-    host::spawn_ranks(4, [&](bootstrap::in_process& boot) {
-      proxy_comm comm(boot, o);
-      const int r = boot.rank();
-      std::vector<float> in(500, 1.0f), out(500);
-      for (int i = 0; i < 3; ++i)
-        if (comm.all_reduce(in.data(), out.data(), in.size()) != status::ok) return;
-      if (r == 3) return;  // its proxy is stopped and joined by the destructor, after a final drain
-      stopwatch t;
-      st[r] = comm.all_reduce(in.data(), out.data(), in.size());
-      seconds[r] = t.seconds();
-      h[r] = comm.check_health();
-    });
-    for (int r = 0; r < 3; ++r) {
-      CAPTURE(r);
-      INFO(h[r].message);
-      CHECK(st[r] == status::timeout);
-      CHECK(seconds[r] < 0.5 + 1.0);
-      CHECK(h[r].failure.peer == 3);
-      CHECK(contains(h[r].message, "rank 3"));
+  TEST_CASE("a rank that leaves is reported by the others within the bound, and every proxy stops (one_shot, two_shot)") {
+    for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::two_shot}) {
+      CAPTURE(static_cast<int>(a));
+      options o = reference_options(false);
+      o.timeout_ns = 500'000'000ull;
+      std::vector<status> st(4, status::internal);
+      std::vector<host::health> h(4);
+      std::vector<double> seconds(4, 0);
+      stopwatch total;
+      host::spawn_ranks(4, [&](bootstrap::in_process& boot) {
+        proxy_comm comm(boot, o);
+        const int r = boot.rank();
+        std::vector<float> in(500, 1.0f), out(500);
+        for (int i = 0; i < 3; ++i)
+          if (comm.all_reduce(in.data(), out.data(), in.size(), dtype::f32, a) != status::ok) return;
+        if (r == 3) return;  // its proxy is stopped and joined by the destructor, after a final drain
+        stopwatch t;
+        st[r] = comm.all_reduce(in.data(), out.data(), in.size(), dtype::f32, a);
+        seconds[r] = t.seconds();
+        h[r] = comm.check_health();
+      });
+      for (int r = 0; r < 3; ++r) {
+        CAPTURE(r);
+        INFO(h[r].message);
+        CHECK(st[r] == status::timeout);
+        CHECK(seconds[r] < 0.5 + 1.0);
+        CHECK(h[r].failure.peer == 3);
+        CHECK(contains(h[r].message, "rank 3"));
+      }
+      CHECK(total.seconds() < 10.0);  // teardown (proxy threads joined) returned
     }
-    CHECK(total.seconds() < 10.0);  // teardown (proxy threads joined) returned
   }
 
   TEST_CASE("five hundred mixed collectives over the proxy are each exact") {
@@ -219,11 +262,12 @@ TEST_SUITE("host.proxy") {
       std::mt19937 gen(99);  // the same call sequence on every rank
       std::vector<__nv_bfloat16> in(2048), out(3 * 2048);
       for (int it = 0; it < iterations && err[r].empty(); ++it) {
-        const unsigned what = gen() % 3;
+        const unsigned what = gen() % 4;
         const std::size_t count = 1 + gen() % 2048;
         for (std::size_t i = 0; i < count; ++i) in[i] = small_int<__nv_bfloat16>(it, r, i);
         const status s = what == 0   ? comm.all_reduce<one_shot>(in.data(), out.data(), count)
                          : what == 1 ? comm.all_reduce<ring>(in.data(), out.data(), count)
+                         : what == 3 ? comm.all_reduce<algorithm::two_shot>(in.data(), out.data(), count)
                                      : comm.all_gather(in.data(), out.data(), count);
         if (s != status::ok) {
           err[r] = "call " + std::to_string(it) + ": " + to_string(s) + ": " + comm.last_error();

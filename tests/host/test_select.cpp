@@ -117,6 +117,7 @@ TEST_SUITE("host.select.env") {
     CHECK(settings_from({{"ROCENANTE_TRANSPORT", "LOOPBACK"}}).transport == env::transport_choice::loopback);
     CHECK(settings_from({{"ROCENANTE_TRANSPORT", "Socket"}}).transport == env::transport_choice::socket);
     CHECK(settings_from({{"ROCENANTE_ALGO", "one_shot"}}).algo == env::algo_choice::one_shot);
+    CHECK(settings_from({{"ROCENANTE_ALGO", "Two_Shot"}}).algo == env::algo_choice::two_shot);
     CHECK(settings_from({{"ROCENANTE_DEBUG", "NONE"}}).debug == log_level::none);
     CHECK(settings_from({{"ROCENANTE_TRANSPORT", "  "}}).transport == env::transport_choice::automatic);
   }
@@ -124,7 +125,8 @@ TEST_SUITE("host.select.env") {
   TEST_CASE("a bad value is an error naming the variable, the value and the accepted values") {
     CHECK(config_error_of({{"ROCENANTE_TRANSPORT", "tcp"}}) ==
           "ROCENANTE_TRANSPORT='tcp' is not one of auto, ibverbs, cuda_ipc, socket, nccl, loopback");
-    CHECK(config_error_of({{"ROCENANTE_ALGO", "tree"}}) == "ROCENANTE_ALGO='tree' is not one of auto, one_shot, ring");
+    CHECK(config_error_of({{"ROCENANTE_ALGO", "tree"}}) ==
+          "ROCENANTE_ALGO='tree' is not one of auto, one_shot, two_shot, ring");
     CHECK(config_error_of({{"ROCENANTE_DEBUG", "TRACE"}}) == "ROCENANTE_DEBUG='TRACE' is not one of NONE, WARN, INFO");
     CHECK(config_error_of({{"ROCENANTE_IB_GID_INDEX", "3x"}}) ==
           "ROCENANTE_IB_GID_INDEX='3x' is not an integer in [0, 65535]");
@@ -215,6 +217,12 @@ TEST_SUITE("host.select.auto") {
     CHECK(choose(1 << 20, 16) == algo::ring);
     CHECK(choose(1ull << 40, 1) == algo::one_shot);
     CHECK(algorithm::one_shot_limit(4) == 512 * 1024);
+    // two_shot is not measured: no row picks it, at any size or rank count.
+    for (int n = 1; n <= max_ranks; ++n) {
+      CAPTURE(n);
+      CHECK(algorithm::two_shot_limit(n) == 0);
+      for (std::uint64_t bytes = 1; bytes <= (std::uint64_t{1} << 30); bytes *= 2) CHECK(choose(bytes, n) != algo::two_shot);
+    }
   }
 
   TEST_CASE("host::communicator accepts auto: the result is that of the algorithm the table names") {
@@ -301,20 +309,42 @@ TEST_SUITE("host.select.connectivity") {
                  "not connect: pairs that failed: 1-2");
   }
 
-  TEST_CASE("ROCENANTE_ALGO=one_shot with only neighbours reachable fails set-up with a clear error") {
-    std::string what;
-    fault_plan cut("cut 0-2; cut 1-3");
-    try {
-      host::spawn_ranks(4, [](bootstrap::in_process& boot) {
-        host::select_config c = config(env::transport_choice::loopback, env::algo_choice::one_shot);
-        host::selected_communicator comm(boot, options{}, c);
-      });
-    } catch (const config_error& e) {
-      what = e.what();
+  TEST_CASE("ROCENANTE_ALGO=one_shot or two_shot with only neighbours reachable fails set-up with a clear error") {
+    for (env::algo_choice a : {env::algo_choice::one_shot, env::algo_choice::two_shot}) {
+      const std::string name = env::to_string(a);
+      CAPTURE(name);
+      std::string what;
+      fault_plan cut("cut 0-2; cut 1-3");
+      try {
+        host::spawn_ranks(4, [a](bootstrap::in_process& boot) {
+          host::select_config c = config(env::transport_choice::loopback, a);
+          host::selected_communicator comm(boot, options{}, c);
+        });
+      } catch (const config_error& e) {
+        what = e.what();
+      }
+      CHECK(what.find("ROCENANTE_ALGO=" + name + " refused on transport loopback: " + name + " needs every pair") !=
+            std::string::npos);
+      CHECK(what.find("0-2, 1-3") != std::string::npos);
     }
-    CHECK(what.find("ROCENANTE_ALGO=one_shot refused on transport loopback: one_shot needs every pair") !=
-          std::string::npos);
-    CHECK(what.find("0-2, 1-3") != std::string::npos);
+  }
+
+  TEST_CASE("ROCENANTE_ALGO=two_shot: calls that name no algorithm run two_shot, its self-test counted") {
+    std::vector<int> failures(3, 0);
+    host::spawn_ranks(3, [&](bootstrap::in_process& boot) {
+      host::select_config c = config(env::transport_choice::loopback, env::algo_choice::two_shot);
+      host::selected_communicator comm(boot, options{}, c);
+      int& bad = failures[boot.rank()];
+      bad += comm.algorithm_for(8) != algorithm::algo::two_shot;
+      bad += comm.algorithm_for(std::uint64_t{64} << 20) != algorithm::algo::two_shot;
+      // the start-up collectives: one_shot, two_shot and ring (every pair connects, 3 ranks)
+      bad += comm.first_call_sequence() != options{}.first_sequence + 3;
+      std::vector<float> in(1001, float(boot.rank() + 1)), out(1001, -1.0f);
+      bad += comm.all_reduce(in.data(), out.data(), in.size()) != status::ok;
+      bad += std::count_if(out.begin(), out.end(), [](float v) { return v != 6.0f; }) != 0;
+      bad += comm.get<host::selected_communicator::loopback_comm>()->next_sequence() != options{}.first_sequence + 4;
+    });
+    CHECK(failures == std::vector<int>(3, 0));
   }
 }
 
@@ -434,7 +464,7 @@ TEST_SUITE("host.select.vote") {
     ::unsetenv("ROCENANTE_ALGO");
     for (int r = 0; r < 3; ++r)
       CHECK(errors[r] == "set-up step 'transport probes' failed on rank 1: ROCENANTE_ALGO='tree' is not one of auto, "
-                         "one_shot, ring (docs/environment.md lists the accepted values)");
+                         "one_shot, two_shot, ring (docs/environment.md lists the accepted values)");
   }
 
   TEST_CASE("ROCENANTE_TIMEOUT_MS reaches the communicator's options") {

@@ -1,6 +1,6 @@
 // tests/host/test_socket.cpp — the socket transport (transport/socket.hpp) with ranks as threads of one process,
 // over 127.0.0.1 (ROCENANTE_SOCKET_IFNAME unset: every rank in one network namespace): agreement with the exact
-// reference for one_shot and ring, all-reduce and all-gather, fp32 and bf16, counts {1, 7, 16, 4099, capacity}
+// reference for one_shot, two_shot and ring, all-reduce and all-gather, fp32 and bf16, counts {1, 7, 16, 4099, capacity}
 // (reference_case.hpp: bit-exact to the documented order, byte-identical across ranks, guards intact); a peer
 // that closes its connections, and one that never connects, reported naming it within the bound; the abort words
 // a closed connection leaves (only where the closed peer still owed a word of the current collective); configuration
@@ -23,7 +23,7 @@ protocol::window_layout small_layout(int n, std::uint64_t capacity = 16 * 1024) 
   options o;
   o.capacity_bytes = capacity;
   o.max_parts = 2;
-  return host::make_layout<one_shot, ring>(n, o);
+  return host::make_layout<one_shot, ring, algorithm::two_shot>(n, o);
 }
 
 /// A listening socket on 127.0.0.1 that never accepts: connections to it complete (the kernel's backlog) and
@@ -60,6 +60,15 @@ TEST_SUITE("host.socket.reference") {
       CAPTURE(n);
       check_all_reduce_against_reference<ring, float, transport::socket>(n, reference_options(n == 3), 420 + n);
       check_all_reduce_against_reference<ring, __nv_bfloat16, transport::socket>(n, reference_options(n != 3), 430 + n);
+    }
+  }
+
+  TEST_CASE("two_shot all-reduce over sockets matches the float64 reference, bit for bit rank order, fp32 and bf16") {
+    for (int n : {2, 3, 4}) {
+      CAPTURE(n);
+      check_all_reduce_against_reference<algorithm::two_shot, float, transport::socket>(n, reference_options(n != 3), 440 + n);
+      check_all_reduce_against_reference<algorithm::two_shot, __nv_bfloat16, transport::socket>(n, reference_options(n == 3),
+                                                                                               450 + n);
     }
   }
 
@@ -220,7 +229,7 @@ TEST_SUITE("host.socket.failure") {
   };
   void check_closed_peer(const closed_peer_case& c) {
     constexpr int n = 3;
-    const protocol::window_layout layout = small_layout(n);  // 2 parts, 4 channels (ring: 2 (n - 1))
+    const protocol::window_layout layout = small_layout(n);  // 2 parts, 6 channels (two_shot: 2 n)
     const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
                                                        static_cast<std::uint32_t>(c.algo), 1, 0, 100);
     const auto abort_of = [&](std::uint32_t seq) {
@@ -330,7 +339,7 @@ TEST_SUITE("host.socket.failure") {
     SUBCASE("ring, the predecessor delivered step 0 and closed: every other word of the slot aborted") {
       std::vector<std::pair<std::uint32_t, std::uint32_t>> rest, all;
       for (std::uint32_t p = 0; p < 2; ++p)
-        for (std::uint32_t ch = 0; ch < 4; ++ch) {
+        for (std::uint32_t ch = 0; ch < small_layout(3).channels; ++ch) {
           if (p != 0 || ch != 0) rest.emplace_back(p, ch);
           all.emplace_back(p, ch);
         }
@@ -338,6 +347,13 @@ TEST_SUITE("host.socket.failure") {
     }
     SUBCASE("ring, the successor closed: it writes nothing into this rank, so nothing is aborted") {
       check_closed_peer({A::ring, 1, {}, {}, {}});
+    }
+    SUBCASE("two_shot, the peer delivered its reduce-scatter word of part 0 and closed: its other three words aborted") {
+      // rank 2 writes channel 2 (reduce-scatter) and channel 3 + 2 = 5 (its all-gathered chunk) of every part
+      check_closed_peer({A::two_shot, 2, {{0, 2}}, {{1, 2}, {0, 5}, {1, 5}}, {{0, 2}, {1, 2}, {0, 5}, {1, 5}}});
+    }
+    SUBCASE("two_shot, the peer closed before any word: both channels of both parts aborted, the live peer's kept") {
+      check_closed_peer({A::two_shot, 1, {}, {{0, 1}, {1, 1}, {0, 4}, {1, 4}}, {{0, 1}, {1, 1}, {0, 4}, {1, 4}}});
     }
   }
 

@@ -1,4 +1,4 @@
-// tests/host/test_stress.cpp — 10,000 back-to-back collectives on 4 ranks, mixing one_shot and ring
+// tests/host/test_stress.cpp — 10,000 back-to-back collectives on 4 ranks, mixing one_shot, two_shot and ring
 // all-reduce, all-gather, in-place calls, the three dtypes and sizes from 1 element to the capacity, through the
 // runtime dispatch. Every rank draws the same sequence of calls from one seeded generator; inputs are small
 // integers, so every result is exact and checked element by element, together with the untouched guard.
@@ -15,7 +15,7 @@ constexpr int ranks = 4;
 constexpr int iterations = 10'000;
 constexpr std::size_t max_count = 4096;
 
-enum class op { one_shot, ring, all_gather };
+enum class op { one_shot, ring, all_gather, two_shot };
 
 struct call {
   op what;
@@ -29,7 +29,7 @@ std::vector<call> draw_calls(std::uint32_t seed) {
   std::mt19937 gen(seed);
   std::vector<call> calls(iterations);
   for (call& c : calls) {
-    const unsigned k = gen() % 3, t = gen() % 3, size_class = gen() % 10;
+    const unsigned k = gen() % 4, t = gen() % 3, size_class = gen() % 10;
     c.what = static_cast<op>(k);
     c.type = t == 0 ? dtype::f32 : t == 1 ? dtype::f16 : dtype::bf16;
     c.count = size_class < 5 ? 1 + gen() % 64 : size_class < 9 ? 65 + gen() % 960 : 1025 + gen() % (max_count - 1024);
@@ -56,6 +56,7 @@ std::string run_one(comm_t& comm, const call& c, int it, int r, std::vector<unsi
   switch (c.what) {
     case op::one_shot: s = comm.all_reduce(src, out, c.count, c.type, algorithm::algo::one_shot); break;
     case op::ring: s = comm.all_reduce(src, out, c.count, c.type, algorithm::algo::ring); break;
+    case op::two_shot: s = comm.all_reduce(src, out, c.count, c.type, algorithm::algo::two_shot); break;
     case op::all_gather: s = comm.all_gather(src, out, c.count, c.type); break;
   }
   auto where = [&] {

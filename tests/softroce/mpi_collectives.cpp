@@ -183,6 +183,8 @@ int run_correctness(Boot& boot, const char* how) {
   cases += check_all_reduce<algorithm::ring, float>(comm, 4);
   cases += check_all_reduce<algorithm::ring, __half>(comm, 5);
   cases += check_all_reduce<algorithm::ring, __nv_bfloat16>(comm, 6);
+  cases += check_all_reduce<algorithm::two_shot, float>(comm, 10);  // posted per part: every rank writes every peer
+  cases += check_all_reduce<algorithm::two_shot, __nv_bfloat16>(comm, 11);
   cases += check_all_gather<float>(comm, 7);
   cases += check_all_gather<__half>(comm, 8);
   cases += check_all_gather<__nv_bfloat16>(comm, 9);
@@ -224,11 +226,12 @@ int mode_correctness(bool use_callback) {
 /// One exact collective of a kind and size drawn from `gen` (same on every rank). Returns "" or what was wrong.
 std::string exact_call(ib_comm& comm, std::mt19937& gen, int it, status& s, std::vector<float>& in,
                        std::vector<float>& out) {
-  const unsigned what = gen() % 3;
+  const unsigned what = gen() % 4;
   const std::size_t count = gen() % 4 == 0 ? 1 + gen() % 1024 : 1 + gen() % 64;
   for (std::size_t i = 0; i < count; ++i) in[i] = small_int<float>(it, g_rank, i);
   s = what == 0   ? comm.all_reduce<algorithm::one_shot>(in.data(), out.data(), count)
       : what == 1 ? comm.all_reduce<algorithm::ring>(in.data(), out.data(), count)
+      : what == 3 ? comm.all_reduce<algorithm::two_shot>(in.data(), out.data(), count)
                   : comm.all_gather(in.data(), out.data(), count);
   if (s != status::ok) return "";
   for (std::size_t i = 0; i < count; ++i) {

@@ -38,8 +38,9 @@
 #             (kernel::all_reduce, reduce_path::small, bf16, sm_90a) that docs/design.md §1.4 quotes; --ranks N
 #             builds it over transport::fixed_ranks<direct_handle, N>; cuobjdump and nvdisasm come from PyPI.
 #             --ranks all: instead, every kernel gpu::communicator<cuda_loopback> launches for bf16 and fp32
-#             (one_shot and ring all-reduce, all-gather, reject), one SASS file per kernel and kernels.txt (SHA-256
-#             of each kernel's SASS, its resource usage, its name) in --out; diff two kernels.txt to compare trees
+#             (one_shot, two_shot and ring all-reduce, all-gather, reject), one SASS file per kernel and kernels.txt
+#             (SHA-256 of each kernel's SASS, its resource usage, its name) in --out; diff two kernels.txt to compare
+#             trees
 #   soak      rocenante-soak's GPU mode (docs/performance.md "Soak"), after an incremental build of it: --mode threads
 #             (ranks as threads of one process on GPU 0, cuda_loopback; a pause is a rank's thread sleeping) or
 #             processes (forked ranks, gpu::selected_communicator: cuda_ipc on one node unless --env

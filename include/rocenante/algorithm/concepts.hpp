@@ -1,11 +1,11 @@
 // algorithm/concepts.hpp — AXIS: the algorithm, a tag type carrying its schedule math and its tuning values.
 //
 //   Requires of an algorithm A:
-//     A::name                          printable name ("one_shot", "ring")
+//     A::name                          printable name ("one_shot", "two_shot", "ring")
 //     A::id                            small integer (travels in the flag's call signature)
 //     A::channels(n)                   flag channels per (slot, part) at n ranks
 //     A::slot_bytes(n, capacity)       payload bytes per slot it needs at n ranks for inputs up to `capacity`
-//     A::steps(n)                      communication steps (one_shot: 1; ring: 2(n-1))
+//     A::steps(n)                      communication steps (one_shot: 1; two_shot: 2; ring: 2(n-1))
 //     A::wire_bytes(n, bytes)          bytes one rank sends for an all-reduce of `bytes` bytes
 //     A::supports_all_gather           whether A implements all_gather
 //     A::template supports<R>          whether A can reduce with reduction R (compile-time refusal otherwise)
@@ -15,9 +15,12 @@
 //
 // Summation order is part of an algorithm's contract, because it decides the bits of the result:
 //   one_shot  every rank sums inputs in rank order 0, 1, ..., n-1
+//   two_shot  chunk c is summed in rank order 0, 1, ..., n-1, once, by its owner (rank c), and the owner's bits are
+//             copied to every rank: the same bits as one_shot (also with an epilogue that depends only on the
+//             element index and the sum)
 //   ring      chunk c is summed in ring order c, c+1, ..., c+n-1 (mod n), once, by its owner, and the owner's
 //             bits are copied to every rank
-// Either way every rank ends with the same bytes.
+// With each of them every rank ends with the same bytes.
 #pragma once
 
 #include <concepts>
@@ -28,7 +31,18 @@
 
 namespace rocenante::algorithm {
 
-enum class algo : std::uint8_t { one_shot = 1, ring = 2 };
+/// Ids 3 and 4 are the NVFP4 collectives' (algorithm/one_shot_fp4.hpp); the field on the wire has 3 bits.
+enum class algo : std::uint8_t { one_shot = 1, ring = 2, two_shot = 5 };
+
+/// Whether peer `q` writes flag channel `ch` of rank `self` in a call of algorithm id `a` at n ranks: what a
+/// transport that learns q is gone aborts on the waiters' behalf (transport/socket.hpp). ring: only the
+/// predecessor writes, on every channel (one per step); two_shot: channels q (reduce-scatter) and n+q (all-gather);
+/// one_shot, the all-gathers and the NVFP4 collectives: channel q.
+ROCENANTE_HOST_DEVICE constexpr bool writes_channel(std::uint32_t a, int n, int self, int q, std::uint32_t ch) {
+  if (a == static_cast<std::uint32_t>(algo::ring)) return q == (self + n - 1) % n;
+  if (a == static_cast<std::uint32_t>(algo::two_shot)) return ch == static_cast<std::uint32_t>(q) || ch == static_cast<std::uint32_t>(n + q);
+  return ch == static_cast<std::uint32_t>(q);
+}
 
 /// The default epilogue: store the rounded sum as it is.
 struct no_epilogue {

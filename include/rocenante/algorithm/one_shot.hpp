@@ -228,6 +228,27 @@ struct one_shot {
   }
 #endif
 
+  /// Stage one packet at offset `off` of this rank's source region: into every peer's slot (directly written
+  /// windows), or once into this rank's staging area (shared staging: the proxy or NIC copies it to the peers).
+  template <reduce::reduction R, class Session>
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE static void put_packet(Session& s, std::uint64_t off, const reduce::value_packet<R>& v) {
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    if constexpr (Session::handle_type::shared_staging) {
+      if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), off), v);
+    } else if constexpr (transport::fixed_ranks_of<typename Session::handle_type>() > 0) {
+      ROCENANTE_UNROLL  // a known rank count (transport::fixed_ranks): one store per peer, no loop
+      for (int q = 0; q < n; ++q)
+        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
+    } else {
+#if ROCENANTE_DEVICE_PASS
+#pragma unroll 1  // a loop, not n-1 copies: a shorter hot path in the instruction cache (docs/performance.md)
+#endif
+      for (int q = 0; q < n; ++q)
+        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
+    }
+  }
+
   /// A 16-byte aligned input of whole packets (one answer for the whole call): the reduce reads it like a source
   /// region, one plain load per packet.
   template <reduce::reduction R>
@@ -240,24 +261,39 @@ struct one_shot {
   template <reduce::reduction R, bool Discard, class Session, class Epilogue>
   ROCENANTE_HOST_DEVICE static void reduce_bulk(Session& s, const typename R::value_type* in, typename R::value_type* out,
                                                 std::uint64_t count, const range& pr, bool plain_input, const Epilogue& epi) {
+    reduce_sources<R, Discard>(s, in, count, [&](const protocol::window_layout& l) { return source_stride<R>(l, count); },
+                               pr, plain_input,
+                               [&](std::uint64_t i, reduce::accum_packet<R>& acc) { store_result<R>(out, i, count, acc, epi); });
+  }
+
+  /// reduce_bulk's loop over any window whose source q holds packet i at q * stride + i * 16 of the slot, stride =
+  /// stride_of(layout) (the own source read from `in`): emit(i, acc) receives the rank-order fp32 sum of packet i of
+  /// part `pr`, once per packet.
+  /// two_shot's owner reduce runs it with its own stride and an emit that also stages the result for its peers.
+  /// Unroll: packets per thread in flight per source (reduce_unroll; two_shot's kernel, which holds more around
+  /// this loop, takes 1 so that it spills nothing).
+  template <reduce::reduction R, bool Discard, int Unroll = reduce_unroll, class Session, class StrideOf, class Emit>
+  ROCENANTE_HOST_DEVICE static void reduce_sources(Session& s, const typename R::value_type* in, std::uint64_t count,
+                                                   const StrideOf& stride_of, const range& pr, bool plain_input,
+                                                   const Emit& emit) {
     auto& team = s.team();
     auto& h = s.handle();
     const int n = h.ranks(), r = h.rank();
-    const std::uint64_t stride = source_stride<R>(h.layout(), count);
+    const std::uint64_t stride = stride_of(h.layout());
     const std::uint64_t step = static_cast<std::uint64_t>(team.size());
-    for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += reduce_unroll * step) {
-      reduce::accum_packet<R> acc[reduce_unroll] = {};
+    for (std::uint64_t i0 = pr.begin + team.thread(); i0 < pr.end; i0 += Unroll * step) {
+      reduce::accum_packet<R> acc[Unroll] = {};
       // Sources in groups: every load of a group is issued before the first add, so a thread keeps
-      // source_group x reduce_unroll packets in flight (one memory latency per group, not per source).
+      // source_group x Unroll packets in flight (one memory latency per group, not per source).
       for (int q0 = 0; q0 < n; q0 += source_group) {
-        reduce::value_packet<R> v[source_group][reduce_unroll] = {};
+        reduce::value_packet<R> v[source_group][Unroll] = {};
         if (plain_input) {  // as in the small path: every load of the group issued back to back
           ROCENANTE_UNROLL
           for (int g = 0; g < source_group; ++g) {
             const int q = q0 + g;
             const std::byte* base = q == r ? reinterpret_cast<const std::byte*>(in) : h.recv_ptr(s.slot(), q * stride);
             ROCENANTE_UNROLL
-            for (int u = 0; u < reduce_unroll; ++u) {
+            for (int u = 0; u < Unroll; ++u) {
               const std::uint64_t i = i0 + u * step;
               if (q < n && i < pr.end) v[g][u] = reduce::load_packet_issue<R>(base + i * packet_bytes);
             }
@@ -267,7 +303,7 @@ struct one_shot {
           for (int g = 0; g < source_group; ++g) {
             const int q = q0 + g;
             ROCENANTE_UNROLL
-            for (int u = 0; u < reduce_unroll; ++u) {
+            for (int u = 0; u < Unroll; ++u) {
               const std::uint64_t i = i0 + u * step;
               if (q < n && i < pr.end)
                 v[g][u] = q == r ? reduce::load_user<R>(in, i, count)
@@ -279,7 +315,7 @@ struct one_shot {
         for (int g = 0; g < source_group; ++g) {
           if (q0 + g >= n) break;
           ROCENANTE_UNROLL
-          for (int u = 0; u < reduce_unroll; ++u) {
+          for (int u = 0; u < Unroll; ++u) {
             if (q0 + g == 0)
               acc[u] = reduce::widen<R>(v[g][u]);
             else
@@ -291,10 +327,10 @@ struct one_shot {
       if constexpr (Discard) discard_read_lines<R>(s, n, r, stride, pr, i0, step);
 #endif
       ROCENANTE_UNROLL
-      for (int u = 0; u < reduce_unroll; ++u) {
+      for (int u = 0; u < Unroll; ++u) {
         const std::uint64_t i = i0 + u * step;
         if (i >= pr.end) continue;
-        store_result<R>(out, i, count, acc[u], epi);
+        emit(i, acc[u]);
       }
     }
   }
@@ -547,27 +583,6 @@ struct one_shot {
     return true;
   }
 #endif
-
-  /// Stage one packet at offset `off` of this rank's source region: into every peer's slot (directly written
-  /// windows), or once into this rank's staging area (shared staging: the proxy or NIC copies it to the peers).
-  template <reduce::reduction R, class Session>
-  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE static void put_packet(Session& s, std::uint64_t off, const reduce::value_packet<R>& v) {
-    auto& h = s.handle();
-    const int n = h.ranks(), r = h.rank();
-    if constexpr (Session::handle_type::shared_staging) {
-      if (n > 1) reduce::store_packet<R>(h.put_ptr(r, s.slot(), off), v);
-    } else if constexpr (transport::fixed_ranks_of<typename Session::handle_type>() > 0) {
-      ROCENANTE_UNROLL  // a known rank count (transport::fixed_ranks): one store per peer, no loop
-      for (int q = 0; q < n; ++q)
-        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
-    } else {
-#if ROCENANTE_DEVICE_PASS
-#pragma unroll 1  // a loop, not n-1 copies: a shorter hot path in the instruction cache (docs/performance.md)
-#endif
-      for (int q = 0; q < n; ++q)
-        if (q != r) reduce::store_packet<R>(h.put_ptr(q, s.slot(), off), v);
-    }
-  }
 
   /// enter, stage this part of `in` into source `rank` of every peer's slot, signal, wait for every peer.
   template <reduce::reduction R, class Session>

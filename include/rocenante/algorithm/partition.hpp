@@ -37,6 +37,21 @@ ROCENANTE_HOST_DEVICE constexpr range split(std::uint64_t total, std::uint32_t p
   return {begin, begin + base + (part < extra ? 1 : 0)};
 }
 
+/// Chunked algorithms (ring, two_shot) cut the call's `packets` packets into n chunks of `chunk_packets(n, packets)`
+/// (the last ones shorter or empty) and each chunk the same way into parts, so that part p handles sub-range p of
+/// every chunk.
+ROCENANTE_HOST_DEVICE constexpr std::uint64_t chunk_packets(int n, std::uint64_t packets) {
+  return (packets + static_cast<std::uint64_t>(n) - 1) / static_cast<std::uint64_t>(n);
+}
+
+/// Packets of chunk `c` (chunks of `k` packets) in sub-range `sub` of a chunk, clipped to `packets`; never below the
+/// chunk's first packet, so that offsets relative to the chunk never wrap (a chunk may lie wholly past the end).
+ROCENANTE_HOST_DEVICE constexpr range chunk_part(int c, std::uint64_t k, std::uint64_t packets, const range& sub) {
+  const std::uint64_t first = static_cast<std::uint64_t>(c) * k;
+  const std::uint64_t limit = packets > first ? packets : first;
+  return {first + sub.begin > limit ? limit : first + sub.begin, first + sub.end > limit ? limit : first + sub.end};
+}
+
 /// Number of parts for a collective of `packets` packets: every part gets at least `min_packets_per_part`
 /// packets (floor), at most `max_parts` parts, at least one part.
 ROCENANTE_HOST_DEVICE constexpr std::uint32_t part_count(std::uint64_t packets, std::uint64_t min_packets_per_part,
@@ -76,5 +91,8 @@ static_assert(split(10, 3, 0).begin == 0 && split(10, 3, 0).end == 4);
 static_assert(split(10, 3, 1).begin == 4 && split(10, 3, 1).end == 7);
 static_assert(split(10, 3, 2).begin == 7 && split(10, 3, 2).end == 10);
 static_assert(split(2, 4, 3).size() == 0);
+static_assert(chunk_packets(4, 9) == 3 && chunk_part(1, 3, 9, {1, 3}).begin == 4 && chunk_part(1, 3, 9, {1, 3}).end == 6);
+static_assert(chunk_part(3, 3, 7, {0, 3}).size() == 0 && chunk_part(3, 3, 7, {0, 3}).begin == 9);  // past the end: empty
+static_assert(chunk_part(2, 3, 7, {0, 3}).begin == 6 && chunk_part(2, 3, 7, {0, 3}).end == 7);     // clipped
 
 }  // namespace rocenante::algorithm

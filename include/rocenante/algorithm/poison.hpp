@@ -75,4 +75,21 @@ ROCENANTE_HOST_DEVICE inline void fill_poison(T* out, std::uint64_t first, std::
   }
 }
 
+/// The elements part `part` of `parts` of a chunked all-reduce (ring, two_shot: partition.hpp, chunk_part) would have
+/// written, set to the poison value: sub-range `part` of each of the `ranks` chunks. Every team thread calls.
+template <class T, int Lanes, class Team>
+ROCENANTE_HOST_DEVICE void fill_poison_chunked(Team& team, T* out, std::uint64_t count, std::uint32_t part,
+                                               std::uint32_t parts, int ranks) {
+  const int n = ranks > 1 ? ranks : 1;
+  const std::uint64_t packets = (count + Lanes - 1) / Lanes;
+  const std::uint64_t k = chunk_packets(n, packets);
+  const range sub = split(k, parts, part);
+  for (int c = 0; c < n; ++c) {
+    const range pr = chunk_part(c, k, packets, sub);
+    const std::uint64_t first = pr.begin * Lanes, last = pr.end * Lanes;
+    fill_poison(out, first, last < count ? last : count, static_cast<std::uint64_t>(team.thread()),
+                static_cast<std::uint64_t>(team.size()));
+  }
+}
+
 }  // namespace rocenante::algorithm

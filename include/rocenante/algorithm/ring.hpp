@@ -45,7 +45,7 @@ struct ring {
   static constexpr std::uint64_t max_accum_packet_bytes = 32;  // 8 lanes of fp32 for 16-bit types
 
   ROCENANTE_HOST_DEVICE static constexpr std::uint64_t chunk_packets(int n, std::uint64_t packets) {
-    return protocol::ceil_div(packets, static_cast<std::uint64_t>(n));
+    return algorithm::chunk_packets(n, packets);
   }
   ROCENANTE_HOST_DEVICE static constexpr std::uint32_t channels(int n) {
     return n > 1 ? 2u * static_cast<std::uint32_t>(n - 1) : 1u;
@@ -87,15 +87,7 @@ struct ring {
     const range sub = split(k, parts, s.part());  // this part's packets within every chunk
     const std::uint32_t slot = s.slot();
     const std::uint64_t ag_base = static_cast<std::uint64_t>(n - 1) * k * abytes;
-    // Packets [lo, hi) of chunk c handled by this part, clipped to the vector; never below the chunk's first
-    // packet, so that offsets relative to the chunk never wrap (a chunk may lie wholly past the end).
-    auto part_of = [&](int c) {
-      const std::uint64_t first = static_cast<std::uint64_t>(c) * k;
-      const std::uint64_t limit = packets > first ? packets : first;
-      const std::uint64_t lo = first + sub.begin > limit ? limit : first + sub.begin;
-      const std::uint64_t hi = first + sub.end > limit ? limit : first + sub.end;
-      return range{lo, hi};
-    };
+    auto part_of = [&](int c) { return chunk_part(c, k, packets, sub); };  // this part's packets of chunk c
 
     if (n == 1) {
       for (std::uint64_t i = sub.begin + team.thread(); i < sub.end && i < packets; i += team.size()) {
@@ -165,17 +157,7 @@ struct ring {
   ROCENANTE_HOST_DEVICE ROCENANTE_COLD static void poison_part(Team& team, typename R::value_type* out, std::uint64_t count,
                                                               std::uint32_t part, std::uint32_t parts, int ranks,
                                                               protocol::collective) {
-    const int n = ranks > 1 ? ranks : 1;
-    const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
-    const std::uint64_t k = chunk_packets(n, packets);
-    const range sub = split(k, parts, part);
-    for (int c = 0; c < n; ++c) {
-      const std::uint64_t lo = static_cast<std::uint64_t>(c) * k + sub.begin, hi = static_cast<std::uint64_t>(c) * k + sub.end;
-      const std::uint64_t first = lo * reduce::lanes<R>, last = hi * reduce::lanes<R>;
-      if (first >= count) break;
-      fill_poison(out, first, last < count ? last : count, static_cast<std::uint64_t>(team.thread()),
-                  static_cast<std::uint64_t>(team.size()));
-    }
+    fill_poison_chunked<typename R::value_type, reduce::lanes<R>>(team, out, count, part, parts, ranks);
   }
 
  private:

@@ -2,7 +2,7 @@
 // (docs/environment.md has the table):
 //
 //   ROCENANTE_TRANSPORT     auto | ibverbs | cuda_ipc | socket | nccl | loopback  (default auto)
-//   ROCENANTE_ALGO          auto | one_shot | ring                  (default auto)
+//   ROCENANTE_ALGO          auto | one_shot | two_shot | ring       (default auto)
 //   ROCENANTE_IB_HCA        RDMA devices, comma separated, each optionally ":port"  (read by the ibverbs
 //   ROCENANTE_IB_GID_INDEX  GID table index                          transport too: same grammar and ranges)
 //   ROCENANTE_TIMEOUT_MS    bound on every wait for a peer, in ms (overrides options::timeout_ns)
@@ -39,7 +39,7 @@ namespace rocenante::env {
 /// every rank; any other value is forced (its failure is an error, never a fallback).
 enum class transport_choice : std::uint8_t { automatic = 0, ibverbs = 1, nccl = 2, loopback = 3, socket = 4, cuda_ipc = 5 };
 /// ROCENANTE_ALGO: the algorithm of calls that do not name one. `automatic`: algorithm/auto.hpp's table.
-enum class algo_choice : std::uint8_t { automatic = 0, one_shot = 1, ring = 2 };
+enum class algo_choice : std::uint8_t { automatic = 0, one_shot = 1, ring = 2, two_shot = 3 };
 
 /// The keywords of ROCENANTE_TRANSPORT and ROCENANTE_ALGO (case-insensitive), in the order error messages list them.
 inline constexpr rocenante::detail::keyword<transport_choice> transport_keywords[] = {
@@ -47,7 +47,8 @@ inline constexpr rocenante::detail::keyword<transport_choice> transport_keywords
     {"cuda_ipc", transport_choice::cuda_ipc}, {"socket", transport_choice::socket},
     {"nccl", transport_choice::nccl},         {"loopback", transport_choice::loopback}};
 inline constexpr rocenante::detail::keyword<algo_choice> algo_keywords[] = {
-    {"auto", algo_choice::automatic}, {"one_shot", algo_choice::one_shot}, {"ring", algo_choice::ring}};
+    {"auto", algo_choice::automatic}, {"one_shot", algo_choice::one_shot}, {"two_shot", algo_choice::two_shot},
+    {"ring", algo_choice::ring}};
 
 inline const char* to_string(transport_choice t) { return rocenante::detail::keyword_text(transport_keywords, t); }
 inline const char* to_string(algo_choice a) { return rocenante::detail::keyword_text(algo_keywords, a); }

@@ -21,6 +21,7 @@
 
 #include "../algorithm/one_shot.hpp"
 #include "../algorithm/ring.hpp"
+#include "../algorithm/two_shot.hpp"
 #include "../bootstrap/concepts.hpp"
 #include "../bootstrap/vote.hpp"
 #include "../core/capabilities.hpp"
@@ -63,9 +64,8 @@ class communicator {
   template <bootstrap::bootstrap B>
   communicator(B& boot, const options& opts)
       : opts_(opts),
-        layout_(host::agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts,
-                                                                            Transport::name, !handle_type::shared_staging,
-                                                                            handle_type::shared_staging)) {
+        layout_(host::agree_and_layout<algorithm::one_shot, algorithm::ring, algorithm::two_shot>(
+            bootstrap::bootstrap_ref(boot), opts, Transport::name, !handle_type::shared_staging, handle_type::shared_staging)) {
     bootstrap::bootstrap_ref b(boot);
     // The transport's own steps are votes; this one also catches a rank that fails after its last (a thread that
     // does not start), which would otherwise leave its peers waiting in the next step.
@@ -127,7 +127,8 @@ class communicator {
 
   /// Parts and CTAs of a collective of `count` elements of T with algorithm A (algorithm::plan_split); the same
   /// on every rank. A ring part is cut into n chunks, one per step, so its parts may be n x max_part_bytes (at 4
-  /// ranks, 64 MiB: 256 KiB parts 446 us, 64 KiB parts 646 us, one part per CTA 554 us; s6-0324847).
+  /// ranks, 64 MiB: 256 KiB parts 446 us, 64 KiB parts 646 us, one part per CTA 554 us; s6-0324847); a two_shot
+  /// part holds one range of each of the n chunks too, and is cut the same way (not measured separately).
   /// A call posted once (algorithm::one_shot::posts_call, proxy mode) has one part per CTA: its last part to stage posts
   /// it for all, so every part must run at the same time.
   template <class T, class A = algorithm::one_shot>
@@ -136,7 +137,7 @@ class communicator {
     const bool whole = std::is_same_v<A, algorithm::one_shot> &&
                        algorithm::one_shot::posts_call<handle_type>(layout_, std::uint64_t{count} * sizeof(T));
     const std::uint64_t part_bytes =
-        whole ? 0 : opts_.max_part_bytes * (std::is_same_v<A, algorithm::ring> ? std::uint64_t(size()) : 1u);
+        whole ? 0 : opts_.max_part_bytes * (std::is_same_v<A, algorithm::one_shot> ? 1u : std::uint64_t(size()));
     return algorithm::plan_split(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), part_bytes / packet_bytes,
                                  opts_.max_parts, max_ctas());
   }
@@ -467,6 +468,8 @@ class communicator {
           occ(kernel::all_reduce<algorithm::one_shot, bf16, H, algorithm::no_epilogue, v.path>);
         if constexpr (has_variant<algorithm::ring, v>)
           occ(kernel::all_reduce<algorithm::ring, bf16, H, algorithm::no_epilogue, v.path>);
+        if constexpr (has_variant<algorithm::two_shot, v>)
+          occ(kernel::all_reduce<algorithm::two_shot, bf16, H, algorithm::no_epilogue, v.path>);
       };
       (occ_variant(std::integral_constant<int, I>{}), ...);
     }(std::make_integer_sequence<int, kernel::variant_count>{});

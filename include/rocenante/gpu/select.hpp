@@ -77,9 +77,8 @@ class selected_communicator : public select_detail::gpu_base {
   /// All-reduce on `stream` with the configured algorithm (ROCENANTE_ALGO; auto: by size and rank count).
   template <class T>
   status all_reduce(const T* in, T* out, std::size_t count, cudaStream_t stream) {
-    if (algorithm_for(std::uint64_t{count} * sizeof(T)) == algorithm::algo::ring)
-      return all_reduce(in, out, count, stream, algorithm::ring{});
-    return all_reduce(in, out, count, stream, algorithm::one_shot{});
+    return host::with_algorithm(algorithm_for(std::uint64_t{count} * sizeof(T)),
+                                [&](auto a) { return all_reduce(in, out, count, stream, a); });
   }
   /// A named algorithm; refused (not_supported, no sequence consumed, alike on every rank) when start-up found it
   /// cannot run. Over nccl the algorithm is NCCL's.
@@ -138,12 +137,11 @@ class selected_communicator : public select_detail::gpu_base {
     if (cuda(cudaMalloc(&din, count * sizeof(float)), "cudaMalloc") && cuda(cudaMalloc(&dout, count * sizeof(float)), "cudaMalloc") &&
         cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate") &&
         cuda(cudaMemcpy(din, in.data(), count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy")) {
-      for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring}) {
-        if (!conn.allows(a) || (a == algorithm::algo::ring && n < 2)) continue;
+      for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::two_shot, algorithm::algo::ring}) {
+        if (!conn.allows(a) || (a != algorithm::algo::one_shot && n < 2)) continue;
         if (!cuda(cudaMemsetAsync(dout, 0xff, count * sizeof(float), s), "cudaMemsetAsync")) break;
         ++setup_calls_;
-        status st = a == algorithm::algo::ring ? all_reduce(din, dout, count, s, algorithm::ring{})
-                                               : all_reduce(din, dout, count, s, algorithm::one_shot{});
+        status st = host::with_algorithm(a, [&](auto tag) { return all_reduce(din, dout, count, s, tag); });
         // Bounded: every wait inside the library's kernels is (nccl's are NCCL's).
         if (st == status::ok && (!cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") ||
                                  !cuda(cudaMemcpy(out.data(), dout, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy")))

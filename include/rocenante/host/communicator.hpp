@@ -18,6 +18,7 @@
 #include "../algorithm/one_shot.hpp"
 #include "../algorithm/poison.hpp"
 #include "../algorithm/ring.hpp"
+#include "../algorithm/two_shot.hpp"
 #include "../bootstrap/concepts.hpp"
 #include "../core/capabilities.hpp"
 #include "../core/error.hpp"
@@ -138,8 +139,8 @@ class executor_base {
   template <bootstrap::bootstrap B>
   executor_base(B& boot, const options& opts)
       : opts_(opts),
-        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring>(bootstrap::bootstrap_ref(boot), opts, Transport::name,
-                                                                      false, Transport::handle_type::shared_staging)),
+        layout_(agree_and_layout<algorithm::one_shot, algorithm::ring, algorithm::two_shot>(
+            bootstrap::bootstrap_ref(boot), opts, Transport::name, false, Transport::handle_type::shared_staging)),
         transport_(bootstrap::bootstrap_ref(boot), layout_, opts) {
     protocol::init_state(state_, opts.first_sequence);
     policy_.timeout_ns = opts.timeout_ns;
@@ -235,6 +236,18 @@ constexpr std::size_t element_bytes(dtype t) {
   return t == dtype::f32 ? 4 : (t == dtype::f16 || t == dtype::bf16) ? 2 : 0;
 }
 
+/// The run-time algorithm dispatch (enum -> instantiation) of every executor: f(A{}) for the tag A of `a` (one_shot,
+/// two_shot, ring); an id no executor runs (the NVFP4 collectives' own) gets one_shot, as every executor's dispatch
+/// did before it named more than two.
+template <class F>
+decltype(auto) with_algorithm(algorithm::algo a, F&& f) {
+  switch (a) {
+    case algorithm::algo::ring: return f(algorithm::ring{});
+    case algorithm::algo::two_shot: return f(algorithm::two_shot{});
+    default: return f(algorithm::one_shot{});
+  }
+}
+
 /// Why a call of `count` elements of `t` with algorithm `a` would be refused by an executor whose window is laid out
 /// as `window` (empty: it would run), judged only from values every rank shares (count, dtype, capacity, the
 /// layout), never from pointers: every rank asking with the same arguments gets the same answer. The one body of
@@ -247,8 +260,7 @@ inline std::string call_refusal(std::size_t count, dtype t, algorithm::algo a, p
   if (elem == 0) return std::string("no reduction for dtype ") + to_string(t) + " on the " + executor;
   if (c == protocol::collective::all_gather && a != algorithm::algo::one_shot) return "all_gather runs one_shot only";
   if (window == nullptr) return {};
-  return a == algorithm::algo::ring ? shape_refusal<algorithm::ring>(count, elem, *window)
-                                    : shape_refusal<algorithm::one_shot>(count, elem, *window);
+  return with_algorithm(a, [&](auto tag) { return shape_refusal<decltype(tag)>(count, elem, *window); });
 }
 
 /// The run-time dtype dispatch (enum -> instantiation) of every executor: f.template operator()<T>(nullptr) for the
@@ -283,7 +295,7 @@ class communicator : public executor_base<Transport> {
   communicator(B& boot, const options& opts) : base(boot, opts) {}
 
   /// out[i] = sum over ranks of in[i], for i < count. `in` may equal `out`; otherwise they must not overlap.
-  /// Result identical in bytes on every rank. Algorithm: one_shot (default) or ring.
+  /// Result identical in bytes on every rank. Algorithm: one_shot (default), two_shot or ring.
   template <algorithm::algorithm A = algorithm::one_shot, class T>
   status all_reduce(const T* in, T* out, std::size_t count, A = {}) {
     using R = reduce::sum<std::remove_cv_t<T>>;
@@ -297,9 +309,8 @@ class communicator : public executor_base<Transport> {
   /// a function of values every rank shares, so every rank runs the same algorithm.
   template <class T>
   status all_reduce(const T* in, T* out, std::size_t count, algorithm::automatic) {
-    if (algorithm::choose(std::uint64_t{count} * sizeof(T), size()) == algorithm::algo::ring)
-      return all_reduce<algorithm::ring>(in, out, count);
-    return all_reduce<algorithm::one_shot>(in, out, count);
+    return with_algorithm(algorithm::choose(std::uint64_t{count} * sizeof(T), size()),
+                          [&](auto a) { return all_reduce(in, out, count, a); });
   }
 
   /// out[q*count + i] = in_q[i] for every rank q: out holds size()*count elements.
@@ -316,9 +327,7 @@ class communicator : public executor_base<Transport> {
       return reject_call(std::string("all_reduce has no reduction for dtype ") + to_string(t) + " in this build",
                          status::not_supported);
     return dispatch_dtype(t, [&]<class T>(T*) {
-      if (a == algorithm::algo::ring)
-        return all_reduce<algorithm::ring>(static_cast<const T*>(in), static_cast<T*>(out), count);
-      return all_reduce<algorithm::one_shot>(static_cast<const T*>(in), static_cast<T*>(out), count);
+      return with_algorithm(a, [&](auto tag) { return all_reduce(static_cast<const T*>(in), static_cast<T*>(out), count, tag); });
     });
   }
   /// Runtime dispatch with `auto`: the algorithm from algorithm::choose(count * element bytes, size()).

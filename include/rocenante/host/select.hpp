@@ -103,9 +103,7 @@ class selected_communicator : public select_detail::host_base {
   }
   template <class T>
   status all_reduce(const T* in, T* out, std::size_t count, algorithm::automatic) {
-    if (algorithm_for(std::uint64_t{count} * sizeof(T)) == algorithm::algo::ring)
-      return all_reduce(in, out, count, algorithm::ring{});
-    return all_reduce(in, out, count, algorithm::one_shot{});
+    return with_algorithm(algorithm_for(std::uint64_t{count} * sizeof(T)), [&](auto a) { return all_reduce(in, out, count, a); });
   }
   /// A named algorithm; refused (not_supported, no sequence consumed: every rank refuses alike, since the
   /// connectivity report is the same everywhere) when start-up found it cannot run.
@@ -165,8 +163,8 @@ class selected_communicator : public select_detail::host_base {
     const std::size_t count = self_test_count(n);
     std::vector<float> in(count), out(count);
     for (std::size_t i = 0; i < count; ++i) in[i] = self_test_value(me, i);
-    for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::ring}) {
-      if (!conn.allows(a) || (a == algorithm::algo::ring && n < 2)) continue;
+    for (algorithm::algo a : {algorithm::algo::one_shot, algorithm::algo::two_shot, algorithm::algo::ring}) {
+      if (!conn.allows(a) || (a != algorithm::algo::one_shot && n < 2)) continue;
       std::fill(out.begin(), out.end(), -1.0f);
       ++setup_calls_;
       const status st = pass([&](auto& c) { return c.all_reduce(in.data(), out.data(), count, dtype::f32, a); });

@@ -189,8 +189,9 @@ struct connectivity_report {
   /// Why algorithm `a` is refused (empty when allowed).
   std::string refusal(algorithm::algo a) const {
     if (allows(a)) return {};
-    if (a == algorithm::algo::one_shot)
-      return "one_shot needs every pair of ranks connected, and start-up found " + describe() +
+    if (a != algorithm::algo::ring)
+      return std::string(a == algorithm::algo::two_shot ? "two_shot" : "one_shot") +
+             " needs every pair of ranks connected, and start-up found " + describe() +
              (neighbours() ? "; ring needs only ring neighbours and is allowed: use ring (ROCENANTE_ALGO=ring or auto)"
                            : "; ring neighbours do not connect either");
     return "ring needs every rank connected to its successor, and start-up found " + describe();
@@ -559,9 +560,11 @@ selection settle(bootstrap::bootstrap_ref b, vote_table& t, const select_config&
       failed = true;
     }
     if (!failed) {
-      if (s.algo == env::algo_choice::one_shot && !conn.any_to_any())
-        throw config_error("rank " + std::to_string(b.rank()) + ": ROCENANTE_ALGO=one_shot refused on transport " +
-                           to_string(s.chosen) + ": " + conn.refusal(algorithm::algo::one_shot));
+      if ((s.algo == env::algo_choice::one_shot || s.algo == env::algo_choice::two_shot) && !conn.any_to_any()) {
+        const auto a = s.algo == env::algo_choice::one_shot ? algorithm::algo::one_shot : algorithm::algo::two_shot;
+        throw config_error("rank " + std::to_string(b.rank()) + ": ROCENANTE_ALGO=" + env::to_string(s.algo) +
+                           " refused on transport " + to_string(s.chosen) + ": " + conn.refusal(a));
+      }
       // Decide again on the updated table: the reason then names every failure met on the way (set-up,
       // connectivity, self-test of earlier candidates).
       selection out = decide(t, from);
@@ -583,12 +586,14 @@ inline std::string decision_line(const selection& sel, int size,
                                  const rocenante::capabilities& caps = rocenante::capabilities::protocol()) {
   std::string line = sel.summary();
   if (sel.chosen != transport_kind::none && size > 1) {
-    const std::uint64_t lim = algorithm::one_shot_limit(size);
+    const std::uint64_t lim = algorithm::one_shot_limit(size), lim2 = algorithm::two_shot_limit(size);
     line += "; algorithm " + std::string(env::to_string(sel.algo));
     if (sel.algo == env::algo_choice::automatic)
       line += sel.connectivity.any_to_any()
                   ? " (" + std::string(algorithm::h200_single_gpu.name) + ": one_shot up to " + std::to_string(lim / 1024) +
-                        " KiB at " + std::to_string(size) + " ranks, ring above)"
+                        " KiB at " + std::to_string(size) + " ranks" +
+                        (lim2 != 0 ? ", two_shot up to " + std::to_string(lim2 / 1024) + " KiB" : std::string()) +
+                        ", ring above)"
                   : " (ring only: one_shot refused by connectivity)";
   }
   if (!caps.all())
@@ -611,7 +616,7 @@ inline float self_test_value(int rank, std::size_t i) { return static_cast<float
 /// Empty, or why the start-up all-reduce with algorithm `a` (status `st`, message `error`) is wrong.
 inline std::string self_test_check(algorithm::algo a, status st, const std::string& error, const float* out,
                                    std::size_t count, int ranks) {
-  const char* an = a == algorithm::algo::ring ? "ring" : "one_shot";
+  const char* an = a == algorithm::algo::ring ? "ring" : a == algorithm::algo::two_shot ? "two_shot" : "one_shot";
   if (st != status::ok) return std::string("start-up ") + an + " all-reduce returned " + to_string(st) + ": " + error;
   for (std::size_t i = 0; i < count; ++i) {
     float ref = 0;
@@ -647,6 +652,7 @@ class selected_base {
   algorithm::algo algorithm_for(std::uint64_t bytes) const {
     if (sel_.algo == env::algo_choice::one_shot) return algorithm::algo::one_shot;
     if (sel_.algo == env::algo_choice::ring || !sel_.connectivity.any_to_any()) return algorithm::algo::ring;
+    if (sel_.algo == env::algo_choice::two_shot) return algorithm::algo::two_shot;
     return algorithm::choose(bytes, size_);
   }
 

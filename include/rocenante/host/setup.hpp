@@ -130,7 +130,7 @@ inline std::string describe_call(std::uint32_t sig) {
   // An LL word (protocol::ll_word_signature) sets both collective bits; only the one-shot all-reduce writes one.
   const char* coll = c == 1 ? "all_reduce" : c == 2 ? "all_gather" : c == 3 ? "all_reduce[LL]" : "unknown collective";
   static constexpr const char* algos[8] = {"algorithm 0", "one_shot", "ring", "one_shot_fp4",
-                                           "one_shot_rows", "algorithm 5", "algorithm 6", "algorithm 7"};
+                                           "one_shot_rows", "two_shot", "algorithm 6", "algorithm 7"};
   const dtype d = static_cast<dtype>(protocol::signature_dtype(sig));
   std::string out = std::string(coll) + "(" + algos[a] + ", " + to_string(d);
   if (c != 2) out += std::string(", ") + reduce::to_string(static_cast<reduce::reduce_op>(protocol::signature_op(sig)));

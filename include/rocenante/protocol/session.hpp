@@ -16,8 +16,9 @@
 // Why two slots suffice (one_shot): a rank starts collective s+2 (same slot as s) only after it received every
 // peer's flag of s+1, and a peer signals s+1 only after it has finished s, reading of slot s & 1 included: each
 // rank runs its collectives in order (one stream / one thread), so no part of s+1 starts before every part of s
-// has finished. Ring receives flags only from its previous neighbour; there the argument runs through the last
-// all-gather step, which carries the chunk the next rank owns (docs/design.md, "Why two slots suffice").
+// has finished. two_shot receives from every peer in its second step, so the same argument holds. Ring receives
+// flags only from its previous neighbour; there the argument runs through the last all-gather step, which carries
+// the chunk the next rank owns (docs/design.md, "Why two slots suffice").
 #pragma once
 
 #include <cstdint>
@@ -237,14 +238,14 @@ class session {
 
   /// Every team thread calls: wait for the flags of every peer in [0, ranks) except `self`, where
   /// channel_of(q) names peer q's channel. Peers are spread over the team's threads (one poller per peer when
-  /// the team is large enough). Returns the team-wide verdict; on success, the payload is visible to every
-  /// team thread.
+  /// the team is large enough). `hop` as in wait_one (two_shot's second step: 1). Returns the team-wide verdict;
+  /// on success, the payload is visible to every team thread.
   template <class ChannelOf>
-  ROCENANTE_HOST_DEVICE bool wait_peers(int ranks, int self, ChannelOf channel_of) {
+  ROCENANTE_HOST_DEVICE bool wait_peers(int ranks, int self, ChannelOf channel_of, std::uint32_t hop = 0) {
     bool ok = true;
     for (int q = team_.thread(); q < ranks; q += team_.size()) {
       if (q == self) continue;
-      ok = ok && wait_one(q, channel_of(q));
+      ok = ok && wait_one(q, channel_of(q), hop);
     }
     return settle(ok);
   }

@@ -46,8 +46,8 @@
 // closed, and the receiver writes abort words naming it into this rank's own flags wherever a wait of the rank's
 // current collective would otherwise wait for that peer in vain (peer_closed_aborts): that wait ends at once, also
 // on a rank that only receives from the peer, or whose last frame to it was sent before the close was seen. The
-// words go only where the closed peer writes in that collective (its channel, every part; every channel from the
-// ring predecessor) and only into words that do not hold that sequence yet: everything a peer sent before closing
+// words go only where the closed peer writes in that collective (algorithm::writes_channel: its channel, every
+// part; two_shot: its two channels; every channel from the ring predecessor) and only into words that do not hold that sequence yet: everything a peer sent before closing
 // arrives before its EOF (TCP keeps order), so a peer that finished the collective has filled every word a wait
 // reads, and a rank still waiting for another peer, or itself finished, is not disturbed. Assumption: a peer that
 // stops reading (SIGSTOP) stalls this rank's proxy once its socket buffers are full, for at most the timeout; then
@@ -447,19 +447,15 @@ class basic_socket {
     if (word == protocol::flag_unset) return;  // no collective has posted yet
     const std::uint32_t seq = protocol::flag_seq(word), sig = protocol::flag_signature(word);
     const std::uint32_t slot = seq & 1u;
-    const bool ring = protocol::signature_algorithm(sig) == static_cast<std::uint32_t>(algorithm::algo::ring);
-    const int prev = (me_ + n_ - 1) % n_;
+    const std::uint32_t algo = protocol::signature_algorithm(sig);
     for (int q = 0; q < n_; ++q) {
       if (q == me_ || !closed_[q].load(std::memory_order_relaxed) || aborted_word_[q] == word) continue;
       aborted_word_[q] = word;
-      // ring: only the predecessor writes into this rank, every channel (step); the other algorithms: peer q
-      // writes channel q (one_shot, the NVFP4 collectives, all-gather).
-      if (ring && q != prev) continue;
       const std::uint64_t value = protocol::make_flag(
           seq, protocol::abort_signature(static_cast<std::uint32_t>(protocol::failure_kind::timeout), q));
       for (std::uint32_t p = 0; p < layout_.max_parts; ++p)
         for (std::uint32_t ch = 0; ch < layout_.channels; ++ch) {
-          if (!ring && ch != static_cast<std::uint32_t>(q)) continue;
+          if (!algorithm::writes_channel(algo, n_, me_, q, ch)) continue;  // a word q does not write in this call
           std::uint64_t* f = flags + layout_.flag_index(slot, p, ch);
           const std::uint64_t seen = detail::load_acquire(f);
           if (seen != protocol::flag_unset && protocol::flag_seq(seen) == seq) continue;  // arrived (or aborted)
