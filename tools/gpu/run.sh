@@ -25,7 +25,7 @@
 #             the `auto` table (algorithm/auto.hpp), and example 02 at 1 and 8 ranks (time and energy per step)
 #   proxy     proxy mode side by side (cuda_proxy: host-mapped windows, a CPU proxy thread per rank standing in for
 #             the NIC — the DGX Spark path): rocenante-perf, bf16 one_shot, CUDA graph, --ranks N (default 4), 8 KiB to
-#             4 MiB: calls posted once with the loopback proxy's copy engines (the default), posted once without
+#             4 MiB: calls posted once with the loopback proxy's copy engines (one per peer, opt-in), posted once without
 #             them, posted per part without them (--call-post-max-bytes 0: the design before calls were posted
 #             once), posted once again; every row with rank 0's proxy counters per call (doorbells, writes, busy and
 #             copy time). Builds rocenante-perf first (incremental)
@@ -339,7 +339,7 @@ do_perf() {
 }
 
 # proxy: calls posted once beside calls posted per part, in one call; the loopback proxy with its copy engines (one
-# per peer, the default) and without (every copy in the proxy thread, as before the engines). Order A B C A.
+# per peer, opt-in) and without (every copy in the proxy thread, as before the engines). Order A B C A.
 do_proxy() {
   targets=${targets:-benchmarks/rocenante-perf} do_build || return 1
   need benchmarks/rocenante-perf || return 1

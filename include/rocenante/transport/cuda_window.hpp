@@ -69,9 +69,6 @@ struct cuda_mapping {
     return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { cudaFree(q); });
   }
   static void fill(std::byte* p, int value, std::uint64_t bytes) { std::memset(p, value, bytes); }
-  /// A loopback proxy's copy engines (transport/loopback_proxy.hpp): one per peer, standing in for a NIC that
-  /// moves a call's bytes to every peer at once.
-  static int copy_engines(int ranks) { return ranks > 1 ? ranks - 1 : 0; }
 };
 
 using cuda_loopback_proxy = basic_loopback_proxy<cuda_mapping>;
