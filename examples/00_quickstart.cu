@@ -136,6 +136,9 @@ int main() {
     // Ranks sharing a GPU wait for each other inside their kernels: load every kernel at start-up, so that no
     // lazily loaded first launch waits for a peer's spinning kernel (a value the user set is kept).
     setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    // The ranks' streams also share this process's hardware work queues (8 by default, fewer under MPS); two
+    // ranks on one queue can block each other, so ask for CUDA's most (a value the user set is kept).
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int gpus = 0;
     const cudaError_t e = cudaGetDeviceCount(&gpus);
     if (e == cudaSuccess && gpus > 0) {

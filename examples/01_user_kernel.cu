@@ -80,6 +80,7 @@ float expected(std::size_t i) {
 
 int main() {
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);  // ranks sharing a GPU wait inside kernels: no lazy loading mid-run
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // and need a hardware work queue each (8 by default, fewer under MPS)
   int gpus = 0;
   const cudaError_t e = cudaGetDeviceCount(&gpus);
   if (e != cudaSuccess || gpus == 0) {

@@ -435,6 +435,9 @@ int main(int argc, char** argv) {
   // Ranks sharing a GPU spin inside their kernels waiting for each other; CUDA's lazy module loading could make
   // a first launch wait for those kernels. Load every module at start-up instead (unless the user chose).
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  // The ranks' streams share this process's hardware work queues (8 by default, fewer under MPS), and two ranks on
+  // one queue can block each other: ask for CUDA's most, 32 (unless the user chose).
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   world w;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -378,6 +378,7 @@ void register_type(const char* tname, const std::vector<std::size_t>& sizes, con
 
 int main(int argc, char** argv) {
   setenv("CUDA_MODULE_LOADING", "EAGER", 1);  // ranks share this process's context (docs/api.md)
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // and its hardware work queues: one per rank stream (docs/api.md)
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("SKIP: no usable CUDA GPU on this machine\n");

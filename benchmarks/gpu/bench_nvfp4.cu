@@ -40,6 +40,9 @@ using namespace rocenante;
 // first launch may wait for the device to go idle, i.e. for those spinning peers (docs/api.md). Load every module
 // when the context is created: set before main, hence before the first CUDA call.
 static const bool eager_module_loading = [] { return setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
+// The ranks also share the context's hardware work queues (8 by default, fewer under MPS): two ranks on one queue
+// can block each other, and gpu::communicator refuses more ranks than queues. CUDA's most, unless the user chose.
+static const bool enough_work_queues = [] { return setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0) == 0; }();
 namespace fp4 = rocenante::reduce::nvfp4;
 using bf16 = __nv_bfloat16;
 

@@ -326,6 +326,7 @@ int run_doorbell() {
 
 int main(int argc, char** argv) {
   setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // ranks as threads: a hardware work queue each (docs/api.md)
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::printf("SKIP: no CUDA device\n");

@@ -27,7 +27,8 @@
 // s + 1), and launched on an idle stream (its staging copies synchronized first); with threads, no rank launches a
 // graph before every rank has instantiated and uploaded its own (either may synchronise the device; evictions
 // happen there too), and after a fail-stop no rank tears down (frees its window) before every rank's stream
-// is synchronized (thread_world::leave). CUDA_MODULE_LOADING=EAGER is set by main before the first CUDA call.
+// is synchronized (thread_world::leave). CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 (ranks as
+// threads need a hardware work queue each) are set by main before the first CUDA call.
 #include <cuda_runtime.h>
 
 #include <cstdio>

@@ -1219,6 +1219,9 @@ int main(int argc, char** argv) {
     // Before the first CUDA call of any process of the run (ranks sharing a context refuse lazy module loading, and
     // a lazy first load can wait for peers' spinning kernels: docs/api.md §5). The launcher passes it on.
     ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+    // Ranks as threads share the context's hardware work queues (8 by default, fewer under MPS) and are refused
+    // when they outnumber them: ask for CUDA's most unless the user chose (docs/api.md §5).
+    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   }
   if (cfg.launch > 0) return run_launcher(cfg, argv[0]);
   ::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -257,9 +257,9 @@ int rank_spark() {
   const char* fake = std::getenv("TEST_GPU_UUID");  // one UUID per simulated GPU
   for (int i = 0; fake && fake[i] && i < 16; ++i) uuid[i] = static_cast<std::uint8_t>(fake[i]);
   const gpu::topology t = gpu::gather_topology(boot, gpu::make_identity(0, uuid));
-  std::printf("sharing=%d\none_host=%d\none_gpu=%d\nin_process=%d\npeer_ordinals=%zu\nfirst_remote=%d\n", t.sharing(),
-              t.all_one_host() ? 1 : 0, t.all_one_gpu() ? 1 : 0, t.in_this_process(), t.peer_ordinals().size(),
-              t.first_remote());
+  std::printf("sharing=%d\none_host=%d\none_gpu=%d\nin_process=%d\nin_context=%d\npeer_ordinals=%zu\nfirst_remote=%d\n",
+              t.sharing(), t.all_one_host() ? 1 : 0, t.all_one_gpu() ? 1 : 0, t.in_this_process(), t.sharing_context(),
+              t.peer_ordinals().size(), t.first_remote());
   const std::string problem = gpu::co_residency_problem(t.sharing(), 16, 48, 1);
   std::printf("co_residency=%s\n", problem.empty() ? "ok" : problem.c_str());
   return 0;
@@ -602,9 +602,69 @@ TEST_SUITE("host.multiprocess.topology") {
     check_topology({{"ROCENANTE_HOST_ID", "server"}},
                    [](int r) { return vars_of{{"TEST_GPU_UUID", r < 2 ? "GPU-A" : "GPU-B"}}; },
                    [](int) {  // co_residency: 2 x 16 <= 48
-                     return vars_of{{"sharing", "2"}, {"one_host", "1"}, {"first_remote", "-1"}, {"co_residency", "ok"}};
+                     return vars_of{{"sharing", "2"}, {"one_host", "1"}, {"first_remote", "-1"}, {"co_residency", "ok"},
+                                    {"in_context", "1"}};  // processes: each has its own context and work queues
                    });
     CHECK(gpu::co_residency_problem(4, 16, 48, 1).find("4 ranks share this GPU x 16 CTAs = 64 CTAs") != std::string::npos);
+  }
+
+  TEST_CASE("threads of one process on two GPUs: ranks share a context only with the ranks on their own GPU") {
+    gpu::topology t;
+    const std::uint8_t a[16] = {'A'}, b[16] = {'B'};
+    for (int r = 0; r < 6; ++r) {  // ranks 0-3 in this process (0-2 on GPU A, 3 on B); 4-5 another process on A
+      gpu::device_identity d = gpu::make_identity(r < 3 ? 0 : 1, r < 3 || r > 3 ? a : b);
+      if (r > 3) d.process ^= 1;
+      t.ids.push_back(d);
+    }
+    t.rank = 0;
+    CHECK(t.sharing() == 5);  // every rank on GPU A wait on each other: co-residency counts them all
+    CHECK(t.in_this_process() == 4);
+    CHECK(t.sharing_context() == 3);  // work queues are the context's: only this process's ranks on GPU A
+    t.rank = 3;
+    CHECK(t.sharing_context() == 1);
+    t.rank = 4;
+    CHECK(t.sharing_context() == 2);
+  }
+
+  TEST_CASE("work queues: CUDA_DEVICE_MAX_CONNECTIONS when set (1 to 32), else 8, or 2 under MPS") {
+    CHECK(gpu::work_queues(nullptr, false) == 8);
+    CHECK(gpu::work_queues(nullptr, true) == 2);
+    CHECK(gpu::work_queues("", true) == 2);     // empty counts as unset
+    CHECK(gpu::work_queues("abc", false) == 8); // not an integer: CUDA's default
+    CHECK(gpu::work_queues("32", true) == 32);  // set, MPS or not
+    CHECK(gpu::work_queues("4", false) == 4);
+    CHECK(gpu::work_queues("64", false) == 32);
+    CHECK(gpu::work_queues("0", false) == 1);
+    CHECK(gpu::work_queues("-1", true) == 1);
+  }
+
+  TEST_CASE("more ranks sharing a context than work queues are refused, saying what to set; the measured table") {
+    // H100, 2026-12-07, rocenante-perf --transport cuda_loopback, 8 KiB bf16: the rows that passed are accepted,
+    // the rows that timed out are refused.
+    CHECK(gpu::work_queue_problem(8, "8", false).empty());
+    CHECK_FALSE(gpu::work_queue_problem(4, "2", false).empty());
+    CHECK(gpu::work_queue_problem(2, nullptr, true).empty());
+    CHECK_FALSE(gpu::work_queue_problem(4, nullptr, true).empty());
+    CHECK(gpu::work_queue_problem(4, "32", true).empty());
+    CHECK(gpu::work_queue_problem(8, "32", true).empty());
+    // one rank, or ranks as processes (one rank per context), never
+    CHECK(gpu::work_queue_problem(1, "1", true).empty());
+    CHECK(gpu::work_queue_problem(8, nullptr, false).empty());
+
+    const std::string mps = gpu::work_queue_problem(4, nullptr, true);
+    CHECK(mps.find("4 ranks of this process share its CUDA context") != std::string::npos);
+    CHECK(mps.find("2 hardware work queues") != std::string::npos);
+    CHECK(mps.find("under MPS") != std::string::npos);
+    CHECK(mps.find("set CUDA_DEVICE_MAX_CONNECTIONS=32 (at most 32) before the first CUDA call, or run ranks as "
+                   "processes") != std::string::npos);
+    const std::string nine = gpu::work_queue_problem(9, nullptr, false);
+    CHECK(nine.find("8 hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS unset: CUDA's default)") != std::string::npos);
+    CHECK(gpu::work_queue_problem(2, "1", false).find("1 hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS=1)") !=
+          std::string::npos);
+    CHECK(gpu::work_queue_problem(9, "x", false).find("'x' is not an integer") != std::string::npos);
+    const std::string most = gpu::work_queue_problem(33, "32", false);
+    CHECK(most.find("32 is CUDA's most: run ranks as processes") != std::string::npos);
+    CHECK(most.find("set CUDA_DEVICE_MAX_CONNECTIONS") == std::string::npos);
   }
 }
 

@@ -249,6 +249,9 @@ export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nccl_dir=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
 [ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ] && export LD_LIBRARY_PATH=$nccl_dir:$LD_LIBRARY_PATH
 export CUDA_MODULE_LOADING=EAGER  # a kernel's lazy first load can wait for peers' spinning kernels (docs/api.md §5)
+# Ranks as threads need a hardware work queue each (8 by default, fewer under MPS: docs/operations.md); keep a
+# value the caller set.
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 if [ "$mps" = on ]; then
   if nvidia-cuda-mps-control -d >"$out/mps.log" 2>&1; then
     say "MPS: control daemon started (quit at the end)"; trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT

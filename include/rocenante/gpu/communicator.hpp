@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -85,6 +86,7 @@ class communicator {
             "can wait for kernels already running, which are other ranks' collectives spinning on this rank, so a "
             "collective would stall until the timeout. Set CUDA_MODULE_LOADING=EAGER in the environment (or with "
             "setenv before the first CUDA call)");
+      check_work_queues(b);
       enable_peer_access(b);
       if constexpr (requires { transport_->narrow_scope(memory_scope::device); })
         if (topo_.all_one_gpu()) transport_->narrow_scope(memory_scope::device);
@@ -421,6 +423,24 @@ class communicator {
     CUmoduleLoadingMode mode{};
     if (reinterpret_cast<CUresult (*)(CUmoduleLoadingMode*)>(fn)(&mode) != CUDA_SUCCESS) return false;
     return mode == CU_MODULE_LAZY_LOADING;
+  }
+
+  /// Ranks that are threads of this process on this GPU share its CUDA context, and the context's streams share a
+  /// bounded set of hardware work queues. A queue starts its work in order: a rank's kernel held behind a peer's
+  /// work that waits for it stalls both until the timeout. Refuse a set-up with more such ranks than
+  /// queues (gpu/topology.hpp, work_queue_problem). The environment and the MPS flag are the process's, so every
+  /// rank of it gives the same answer.
+  void check_work_queues(bootstrap::bootstrap_ref b) {
+    const int sharing = topo_.sharing_context();
+    if (sharing <= 1) return;
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, device_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      mps = 0;  // a driver that does not know the attribute: counted as without MPS
+    }
+    if (const std::string why = work_queue_problem(sharing, std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), mps != 0);
+        !why.empty())
+      throw config_error("rank " + std::to_string(b.rank()) + " (GPU " + std::to_string(device_) + "): " + why);
   }
 
   /// Peer access to the other GPUs that ranks of this process use (ranks in other processes are reached through

@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -84,6 +86,13 @@ struct topology {
     for (int q = 0; q < ranks(); ++q) n += same_process(q) ? 1 : 0;
     return n;
   }
+  /// Ranks of this process on this rank's GPU, this rank included: threads of one process that share its CUDA
+  /// context there, and with it the context's hardware work queues (work_queue_problem).
+  int sharing_context() const {
+    int n = 0;
+    for (int q = 0; q < ranks(); ++q) n += same_process(q) && same_gpu(q) ? 1 : 0;
+    return n;
+  }
   bool all_one_host() const {
     for (int q = 0; q < ranks(); ++q)
       if (!same_host(q)) return false;
@@ -137,6 +146,60 @@ inline std::string co_residency_problem(int sharing, std::uint64_t ctas, int sms
          std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
          ") can be resident at once: that could deadlock; lower options::max_ctas (or max_parts) to " +
          std::to_string(sharing > 0 ? have / std::uint64_t(sharing) : 0) + " or fewer";
+}
+
+/// CUDA_DEVICE_MAX_CONNECTIONS's text as an integer; nothing when unset, empty or not an integer. (Not in a nested
+/// `detail` namespace: that would hide rocenante::detail from the rest of rocenante::gpu.)
+inline std::optional<long long> max_connections_value(const char* text) {
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text, &end, 10);
+  if (*end != '\0' || errno == ERANGE) return std::nullopt;
+  return v;
+}
+
+/// Hardware work queues a CUDA context has for its streams. CUDA maps a context's streams onto a fixed set of
+/// queues: CUDA_DEVICE_MAX_CONNECTIONS (`max_connections`: the variable's text, nullptr when unset) when set, which
+/// CUDA takes as 1 to 32 (clamped here to that range); else 8, or under MPS (`mps`: cudaDevAttrMpsEnabled) fewer.
+/// How many fewer under MPS is not documented: on an H100 (2026-12-07, rocenante-perf, cuda_loopback) 2 ranks of
+/// one process passed and 4 timed out, so it is counted as 2. Empty text and text that is not an integer count as
+/// unset (the default applies).
+inline int work_queues(const char* max_connections, bool mps) {
+  const std::optional<long long> v = max_connections_value(max_connections);
+  if (!v) return mps ? 2 : 8;
+  return *v < 1 ? 1 : *v > 32 ? 32 : static_cast<int>(*v);
+}
+
+/// Why `sharing_context` ranks (threads of one process sharing its CUDA context on one GPU, one stream each) would
+/// not each get a hardware work queue of their own (empty when they do); the other arguments as work_queues. A
+/// queue starts its work in order, so two ranks' streams on one queue can block each other: a rank's collective
+/// held behind a peer's work that waits for it stalls both until the timeout (H100, 2026-12-07: 4 ranks with 2
+/// queues, or under MPS with the variable unset, timed out at the first collective). One stream per rank is
+/// counted: a rank that launches on more streams (a fork of its collectives onto a second stream) needs a queue
+/// for each, which set-up cannot see. Ranks in other processes have queues of their own and are not counted. The
+/// inputs are the process's, so every rank of a process gets the same answer.
+inline std::string work_queue_problem(int sharing_context, const char* max_connections, bool mps) {
+  const int queues = work_queues(max_connections, mps);
+  if (sharing_context <= queues) return {};
+  const bool value = max_connections_value(max_connections).has_value();
+  std::string source;
+  if (value)
+    source = "CUDA_DEVICE_MAX_CONNECTIONS=" + std::string(max_connections);
+  else if (max_connections != nullptr && *max_connections != '\0')
+    source = "CUDA_DEVICE_MAX_CONNECTIONS='" + std::string(max_connections) + "' is not an integer: the default";
+  else
+    source = "CUDA_DEVICE_MAX_CONNECTIONS unset: CUDA's default";
+  if (mps && !value) source += " under MPS, fewer than 4 measured, counted as 2";
+  std::string what = std::to_string(sharing_context) + " ranks of this process share its CUDA context on this GPU, " +
+                     "one stream each, but the context has " + std::to_string(queues) + " hardware work queue" +
+                     (queues == 1 ? "" : "s") + " (" + source + "): a queue starts its work in order, so ranks " +
+                     "whose streams share one can block each other, a rank's collective held behind a peer's work " +
+                     "that waits for it, until the timeout (each further stream a rank launches collectives on " +
+                     "needs a queue too): ";
+  if (queues < 32)
+    return what + "set CUDA_DEVICE_MAX_CONNECTIONS=32 (at most 32) before the first CUDA call, or run ranks as processes";
+  return what + "32 is CUDA's most: run ranks as processes (or at most 32 ranks of one process per GPU)";
 }
 
 }  // namespace rocenante::gpu
