@@ -388,6 +388,9 @@ void gpu_sweep(Comm& comm, Boot& boot, const config& cfg, rank_buffers& b, const
                                       (cfg.graph_launches > 0 ? std::uint64_t(cfg.iters) * (1u + std::uint64_t(cfg.graph_launches))
                                                               : std::uint64_t(cfg.iters));
           if (proxied && proxy_now(comm, p1)) r.proxy = proxy_per_call(p0, p1, calls);
+          if (r.state != status::ok)  // what each rank's proxy had taken: a lost flag vs a descriptor never posted
+            if (const std::string q = proxy_queue_state(comm); !q.empty())
+              std::printf("#   rank %d proxy: %s\n", boot.rank(), q.c_str());
           r.algorithm = a;
           r.impl = impl;
           emit(r);

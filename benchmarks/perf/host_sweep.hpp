@@ -90,6 +90,8 @@ row measure(Comm& comm, Boot& boot, const config& cfg, std::uint64_t size, std::
   // After the gathers: every peer has finished the last call, so this rank's proxy has taken all its descriptors.
   if (proxied && proxy_now(comm, after))
     out_row.proxy = proxy_per_call(before, after, std::uint64_t(cfg.warmup) + std::uint64_t(cfg.iters) + (cfg.check ? 1 : 0));
+  if (out_row.state != status::ok)  // what each rank's proxy had taken: a lost flag vs a descriptor never posted
+    if (const std::string q = proxy_queue_state(comm); !q.empty()) std::printf("#   rank %d proxy: %s\n", boot.rank(), q.c_str());
 
   finish_row(out_row, all, n, cfg.iters, cfg.coll);
   return out_row;

@@ -17,6 +17,7 @@
 #include <rocenante/config.hpp>
 #include <rocenante/core/status.hpp>
 #include <rocenante/reduce/sum.hpp>
+#include <rocenante/transport/proxy.hpp>
 #include <rocenante/algorithm/concepts.hpp>
 #include <rocenante/bootstrap/concepts.hpp>
 
@@ -144,6 +145,19 @@ bool proxy_now(Comm& comm, proxy_snapshot& out) {
     if constexpr (requires { typename Comm::ibverbs_comm; })
       if (auto* c = comm.template get<typename Comm::ibverbs_comm>()) got = take(c->transport().stats());
     return got;
+  }
+}
+
+/// For a failed row: this rank's proxy queues (transport::describe_queues) and counters, when its transport is a
+/// proxy with queues (cuda_proxy, loopback_proxy); empty otherwise.
+template <class Comm>
+std::string proxy_queue_state(Comm& comm) {
+  if constexpr (requires { comm.transport().queues(); comm.transport().stats(); }) {
+    const auto st = comm.transport().stats();
+    return "posts " + std::to_string(st.posts) + " (whole calls " + std::to_string(st.calls) + "), " +
+           transport::describe_queues(comm.transport().queues(), comm.transport().handle().layout().max_parts);
+  } else {
+    return {};
   }
 }
 

@@ -6,6 +6,7 @@
 // proxy threads share 2 cores).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -48,6 +49,21 @@ TEST_SUITE("host.proxy") {
     options o = reference_options(multi_part);
     if (per_part) o.call_post_max_bytes = 0;
     return o;
+  }
+
+  TEST_CASE("describe_queues tells a descriptor never posted from one published and not consumed") {
+    std::vector<transport::post_queue> q(4);
+    for (auto& e : q) std::memset(static_cast<void*>(&e), 0, sizeof e);
+    CHECK(transport::describe_queues(q.data(), 4) == "no descriptor ever posted");
+    // queue 1: two consumed, the second a whole call's flag; queue 3: ticket 0 published, not consumed
+    q[1].consumed = 2;
+    q[1].entries[1] = transport::post{2, 0, 64, 7, 0x4b00600000000002ull, transport::all_peers, 0};
+    q[3].entries[0].stamp = 1;
+    const std::string s = transport::describe_queues(q.data(), 4);
+    MESSAGE(s);
+    CHECK(s.find("queue 0") == std::string::npos);
+    CHECK(s.find("queue 1: consumed 2 (last: peer all, flag 7 = 0x4b00600000000002)") != std::string::npos);
+    CHECK(s.find("queue 3: consumed 0, next published, not consumed") != std::string::npos);
   }
 
   TEST_CASE("one_shot and ring over the proxy match the float64 reference, bit for bit their documented order, "

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
 #include <memory>
 #include <new>
 #include <string>
@@ -184,6 +185,35 @@ std::uint64_t drain_queues(post_queue* queues, std::uint32_t parts, std::uint64_
     }
   }
   return done;
+}
+
+/// Diagnostics for a collective that timed out in proxy mode (a snapshot read without synchronisation): per queue
+/// of `parts`, the tickets the proxy has consumed, and whether the next entry is published but not consumed (the
+/// proxy is behind or stuck) — with the last consumed entry's flag, so that a lost flag can be told from a
+/// descriptor never posted (the producer's cursor lives where the producer runs and is not read here). Queues
+/// never used are left out.
+inline std::string describe_queues(const post_queue* queues, std::uint32_t parts) {
+  std::string out;
+  char buf[160];
+  for (std::uint32_t p = 0; p < parts; ++p) {
+    const post_queue& q = queues[p];
+    const std::uint64_t c = detail::load_acquire(&q.consumed);
+    const post& next = q.entries[c % post_queue_depth];
+    const bool pending = detail::load_acquire(&next.stamp) == c + 1;
+    if (c == 0 && !pending) continue;
+    int k = std::snprintf(buf, sizeof buf, "%squeue %u: consumed %llu", out.empty() ? "" : "; ", p,
+                          static_cast<unsigned long long>(c));
+    if (c != 0) {
+      const post& last = q.entries[(c - 1) % post_queue_depth];
+      k += std::snprintf(buf + k, sizeof buf - static_cast<std::size_t>(k), " (last: peer %s, flag %llu = 0x%016llx)",
+                         last.peer == all_peers ? "all" : std::to_string(last.peer).c_str(),
+                         static_cast<unsigned long long>(last.flag_index),
+                         static_cast<unsigned long long>(last.flag_value));
+    }
+    if (pending) std::snprintf(buf + k, sizeof buf - static_cast<std::size_t>(k), ", next published, not consumed");
+    out += buf;
+  }
+  return out.empty() ? "no descriptor ever posted" : out;
 }
 
 /// Plain host memory (host executor).
