@@ -68,6 +68,8 @@
 #include <string>
 #include <vector>
 
+#include "floor.cuh"  // floor_bench::launch: one launch helper for every measuring stick
+
 namespace peer_bench {
 
 constexpr int max_ranks = 8;
@@ -585,21 +587,6 @@ class world {
     else return reinterpret_cast<const void*>(trtllm_lamport_one_shot<N>);
   }
 
-  template <class... Params, class... Args>
-  static bool launch_kernel(void (*fn)(Params...), unsigned grid, unsigned block, cudaStream_t stream, bool pdl,
-                            Args... args) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1]{};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, fn, static_cast<Params>(args)...) == cudaSuccess;
-  }
-
   template <int N>
   bool launch_n(const plan& p, int r, cudaStream_t stream) {
     uint4* out = static_cast<uint4*>(out_[r]);
@@ -612,10 +599,10 @@ class world {
           table = table_staged_;
         }
         auto fn = p.k == kind::vllm_one_shot ? vllm_one_shot<N> : vllm_two_shot<N>;
-        return launch_kernel(fn, p.grid, p.threads, stream, false, table, signals_, sig_[r], out, r, p.packets, failed_);
+        return floor_bench::launch(fn, p.grid, p.threads, stream, false, table, signals_, sig_[r], out, r, p.packets, failed_);
       }
       case kind::trtllm_lamport_one_shot:
-        return launch_kernel(trtllm_lamport_one_shot<N>, p.grid, p.threads, stream, p.pdl, lamport_, lamport_state_[r], r,
+        return floor_bench::launch(trtllm_lamport_one_shot<N>, p.grid, p.threads, stream, p.pdl, lamport_, lamport_state_[r], r,
                              static_cast<const uint4*>(in_[r]), out, p.packets,
                              static_cast<long long>(lamport_buf_bytes() / sizeof(uint4)), failed_);
     }

@@ -162,7 +162,7 @@ inline std::optional<long long> max_connections_value(const char* text) {
 /// Hardware work queues a CUDA context has for its streams. CUDA maps a context's streams onto a fixed set of
 /// queues: CUDA_DEVICE_MAX_CONNECTIONS (`max_connections`: the variable's text, nullptr when unset) when set, which
 /// CUDA takes as 1 to 32 (clamped here to that range); else 8, or under MPS (`mps`: cudaDevAttrMpsEnabled) fewer.
-/// How many fewer under MPS is not documented: on an H100 (2026-12-07, rocenante-perf, cuda_loopback) 2 ranks of
+/// How many fewer under MPS is not documented: measured (docs/operations.md, the MPS table), 2 ranks of
 /// one process passed and 4 timed out, so it is counted as 2. Empty text and text that is not an integer count as
 /// unset (the default applies).
 inline int work_queues(const char* max_connections, bool mps) {
@@ -174,7 +174,7 @@ inline int work_queues(const char* max_connections, bool mps) {
 /// Why `sharing_context` ranks (threads of one process sharing its CUDA context on one GPU, one stream each) would
 /// not each get a hardware work queue of their own (empty when they do); the other arguments as work_queues. A
 /// queue starts its work in order, so two ranks' streams on one queue can block each other: a rank's collective
-/// held behind a peer's work that waits for it stalls both until the timeout (H100, 2026-12-07: 4 ranks with 2
+/// held behind a peer's work that waits for it stalls both until the timeout (docs/operations.md: 4 ranks with 2
 /// queues, or under MPS with the variable unset, timed out at the first collective). One stream per rank is
 /// counted: a rank that launches on more streams (a fork of its collectives onto a second stream) needs a queue
 /// for each, which set-up cannot see. Ranks in other processes have queues of their own and are not counted. The
