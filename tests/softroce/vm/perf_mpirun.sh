@@ -1,6 +1,6 @@
 # tests/softroce/vm/perf_mpirun.sh — inside the VM (4 ranks x 1 device): rocenante-perf with one rank per process
 # under mpirun (rank r on rxe<r> through rank-env.sh), a short sweep at 2 and at 4 ranks:
-#   -b 8 -e 64K -f 4 -n 20 -w 5, every dtype, one_shot and ring, --transport auto (ROCENANTE_TRANSPORT unset)
+#   -b 8 -e 64K -f 4 -n 20 -w 5, every dtype, every algorithm (--algo all: one_shot, two_shot, ring), --transport auto (ROCENANTE_TRANSPORT unset)
 # Checks, per rank count: exit 0; the header says transport ibverbs and prints the selection line; the table has a
 # row for every size x dtype x algorithm (sizes computed here from -b/-e/-f) with #wrong 0; the trailer says
 # "Out of bounds values : 0 OK"; the JSON receipt parses, says launch mpirun, transport ibverbs, has every row
@@ -15,6 +15,7 @@ perf() { # perf NP ARGS...: the documented command
   timeout --kill-after=5 600 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
     "$SOFTROCE_SRC/rank-env.sh" "$SOFTROCE_PERF" "$@"
 }
+algos='one_shot two_shot ring'
 sizes=$(awk 'BEGIN { for (s = 8; s <= 65536; s = int(s * 4)) print s }')
 
 for np in 2 4; do
@@ -31,7 +32,7 @@ for np in 2 4; do
     ko "$np ranks: no selection line choosing ibverbs"
   missing=0 bad=0
   for t in float half bfloat16; do
-    for a in one_shot ring; do
+    for a in $algos; do
       for s in $sizes; do
         line=$(awk -v s="$s" -v t="$t" -v a="$a" '$1 == s && $3 == t && $4 == "sum" && $5 == a' <<<"$out")
         if [ -z "$line" ]; then missing=$((missing + 1)); echo "    missing row: $s B $t $a"; continue; fi
@@ -50,7 +51,7 @@ r = json.load(open(sys.argv[1])); n = int(sys.argv[2])
 assert r["tool"] == "rocenante-perf" and r["launch"] == "mpirun" and r["transport"] == "ibverbs", "header fields"
 assert r["ranks"] == n and len(r["rank_hosts"]) == n and len(r["rank_devices"]) == n, "per-rank facts"
 assert r["passed"] is True and r["git_commit"] != "unknown", "passed / commit"
-assert len(r["rows"]) == 7 * 3 * 2, "rows: %d" % len(r["rows"])
+assert len(r["rows"]) == 7 * 3 * 3, "rows: %d" % len(r["rows"])  # sizes x dtypes x algorithms
 for row in r["rows"]:
     assert row["status"] == "ok" and row["wrong"] == 0, row
     assert len(row["rank_samples_us"]) == n and all(len(s) == 20 for s in row["rank_samples_us"]), "samples"
