@@ -18,12 +18,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include <rocenante/bootstrap/concepts.hpp>
 #include <rocenante/core/status.hpp>
 #include <rocenante/gpu/topology.hpp>  // gpu::device_identity (host code)
 #include <rocenante/host/communicator.hpp>  // host::health
+#include <rocenante/host/selection.hpp>     // host::to_string(transport_kind)
 #include <rocenante/protocol/flags.hpp>
 #include <rocenante/reduce/concepts.hpp>
 
@@ -45,6 +48,26 @@ class engine {
   /// The start-up decision line (transport, why, algorithm), identical on every rank.
   virtual std::string decision() const = 0;
   virtual std::string transport() const = 0;
+};
+
+/// An engine over a selected communicator (gpu:: or host::selected_communicator, which answer these alike): what
+/// it forwards unchanged. A derived engine adds the two calls, whose signatures differ between the executors.
+template <class Comm>
+class communicator_engine : public engine {
+ public:
+  template <class... Args>
+  explicit communicator_engine(Args&&... args) : comm_(std::forward<Args>(args)...) {}
+  std::string refusal(std::size_t count, dtype t, protocol::collective c) const override {
+    return comm_.refusal(count, t, std::nullopt, c);
+  }
+  host::health check_health() const override { return comm_.check_health(); }
+  std::string last_error() const override { return comm_.last_error(); }
+  std::uint64_t failures() const override { return comm_.failures(); }
+  std::string decision() const override { return comm_.decision(); }
+  std::string transport() const override { return host::to_string(comm_.transport()); }
+
+ protected:
+  Comm comm_;
 };
 
 struct engine_settings {

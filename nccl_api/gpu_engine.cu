@@ -31,10 +31,10 @@ struct layer_candidates : gpu::gpu_candidates {
 };
 static_assert(host::candidate_rules<layer_candidates>);
 
-class gpu_engine final : public engine {
+class gpu_engine final : public communicator_engine<gpu::selected_communicator> {
  public:
   gpu_engine(bootstrap::bootstrap_ref b, const options& o)
-      : comm_(b, o, host::select_config{}, std::type_identity<layer_candidates>{}) {}
+      : communicator_engine(b, o, host::select_config{}, std::type_identity<layer_candidates>{}) {}
 
   status all_reduce(const void* in, void* out, std::size_t count, dtype t, cudaStream_t s) override {
     return host::dispatch_dtype(t, [&]<class T>(T*) { return comm_.all_reduce(static_cast<const T*>(in), static_cast<T*>(out), count, s); });
@@ -42,17 +42,6 @@ class gpu_engine final : public engine {
   status all_gather(const void* in, void* out, std::size_t count, dtype t, cudaStream_t s) override {
     return host::dispatch_dtype(t, [&]<class T>(T*) { return comm_.all_gather(static_cast<const T*>(in), static_cast<T*>(out), count, s); });
   }
-  std::string refusal(std::size_t count, dtype t, protocol::collective c) const override {
-    return comm_.refusal(count, t, std::nullopt, c);
-  }
-  host::health check_health() const override { return comm_.check_health(); }
-  std::string last_error() const override { return comm_.last_error(); }
-  std::uint64_t failures() const override { return comm_.failures(); }
-  std::string decision() const override { return comm_.decision(); }
-  std::string transport() const override { return host::to_string(comm_.transport()); }
-
- private:
-  gpu::selected_communicator comm_;
 };
 
 void clear_error() { (void)cudaGetLastError(); }

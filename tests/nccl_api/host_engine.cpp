@@ -21,9 +21,9 @@ namespace {
 
 thread_local int current = 0;
 
-class host_engine final : public engine {
+class host_engine final : public communicator_engine<host::selected_communicator> {
  public:
-  host_engine(bootstrap::bootstrap_ref b, const options& o) : comm_(b, o) {}
+  host_engine(bootstrap::bootstrap_ref b, const options& o) : communicator_engine(b, o) {}
 
   status all_reduce(const void* in, void* out, std::size_t count, dtype t, cudaStream_t) override {
     return comm_.all_reduce(in, out, count, t, algorithm::automatic{});
@@ -31,17 +31,6 @@ class host_engine final : public engine {
   status all_gather(const void* in, void* out, std::size_t count, dtype t, cudaStream_t) override {
     return comm_.all_gather(in, out, count, t);
   }
-  std::string refusal(std::size_t count, dtype t, protocol::collective c) const override {
-    return comm_.refusal(count, t, std::nullopt, c);
-  }
-  host::health check_health() const override { return comm_.check_health(); }
-  std::string last_error() const override { return comm_.last_error(); }
-  std::uint64_t failures() const override { return comm_.failures(); }
-  std::string decision() const override { return comm_.decision(); }
-  std::string transport() const override { return host::to_string(comm_.transport()); }
-
- private:
-  host::selected_communicator comm_;
 };
 
 }  // namespace
