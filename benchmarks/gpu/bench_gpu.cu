@@ -45,9 +45,12 @@ struct world {
   std::vector<void*> in, out;
   std::size_t capacity;
 
-  world(int ranks, std::size_t cap) : n(ranks), comms(ranks), streams(ranks), done(ranks), in(ranks), out(ranks), capacity(cap) {
+  /// lamport: options::lamport_max_bytes = 64 KiB (the Lamport path's rows, beside the default's in the same run).
+  world(int ranks, std::size_t cap, bool lamport = false)
+      : n(ranks), comms(ranks), streams(ranks), done(ranks), in(ranks), out(ranks), capacity(cap) {
     options o = gpu::default_options();
     o.capacity_bytes = cap;
+    if (lamport) o.lamport_max_bytes = 64 * 1024;
     o.max_parts = ranks == 8 ? 16 : 32;
     if (std::is_same_v<Transport, transport::cuda_loopback>) {
       // Direct windows: messages above CTAs x max_part_bytes are cut into parts small enough that a rank's staged
@@ -84,11 +87,14 @@ struct world {
 };
 
 template <class Transport>
-world<Transport>& get_world(int n) {
-  static std::unique_ptr<world<Transport>> worlds[9];
-  const std::size_t cap = std::is_same_v<Transport, transport::cuda_loopback> ? std::size_t{64} << 20 : std::size_t{4} << 20;
-  if (!worlds[n]) worlds[n] = std::make_unique<world<Transport>>(n, cap);
-  return *worlds[n];
+world<Transport>& get_world(int n, bool lamport = false) {
+  static std::unique_ptr<world<Transport>> worlds[2][9];
+  const std::size_t cap = lamport ? std::size_t{1} << 20
+                          : std::is_same_v<Transport, transport::cuda_loopback> ? std::size_t{64} << 20
+                                                                                : std::size_t{4} << 20;
+  auto& w = worlds[lamport ? 1 : 0][n];
+  if (!w) w = std::make_unique<world<Transport>>(n, cap, lamport);
+  return *w;
 }
 
 enum class coll { all_reduce_one_shot, all_reduce_ring, all_gather, all_reduce_two_shot };
@@ -146,8 +152,8 @@ void time_launches(benchmark::State& state, W& w, bool graph, Launch&& launch_on
 }
 
 template <class T, class Transport = transport::cuda_loopback>
-void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes, bool graph) {
-  auto& w = get_world<Transport>(n);
+void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes, bool graph, bool lamport = false) {
+  auto& w = get_world<Transport>(n, lamport);
   transport::proxy_stats before{};
   if constexpr (!std::is_same_v<Transport, transport::cuda_loopback>) before = w.comms[0]->transport().stats();
   const std::size_t count = bytes / sizeof(T);
@@ -365,6 +371,14 @@ void register_type(const char* tname, const std::vector<std::size_t>& sizes, con
           const std::string name = std::string("all_reduce/") + algo + "/loopback" + suffix;
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_collective<T>(s, n, c, bytes, graph); })
               ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+        }
+        // one_shot with options::lamport_max_bytes = 64 KiB: its decode-size calls on the Lamport path (the row's
+        // `path` counter says which kernel ran)
+        if (bytes <= 64 * 1024 && n <= lamport_max_ranks) {
+          const std::string name = "all_reduce/one_shot_lamport/loopback" + suffix;
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+            bench_collective<T>(s, n, coll::all_reduce_one_shot, bytes, graph, true);
+          })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }
         if (with_gather && bytes * n <= (std::size_t{64} << 20) * n) {
           const std::string name = "all_gather/one_shot/loopback" + suffix;

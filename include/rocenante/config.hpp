@@ -93,6 +93,11 @@ inline constexpr std::uint64_t ll_max_bytes = 64 * 1024;
 inline constexpr int ll_max_ranks = 2;
 static_assert(ll_max_ranks >= 0 && ll_max_ranks <= max_ranks, "ll_max_ranks must be in [0, max_ranks]");
 
+/// Most ranks for which a window carries a Lamport area (options::lamport_max_bytes; algorithm/one_shot.hpp,
+/// "Lamport path"): its poll keeps one packet per source in registers, one group of at most 8.
+inline constexpr int lamport_max_ranks = 8;
+static_assert(lamport_max_ranks >= 2 && lamport_max_ranks <= 8, "the Lamport poll keeps at most 8 sources in registers");
+
 /// Largest options::max_parts: the rank state keeps one sequence word per part (protocol/state.hpp).
 inline constexpr std::uint32_t max_parts_limit = 4096;
 

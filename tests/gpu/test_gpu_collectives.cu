@@ -191,6 +191,9 @@ void covers_sweep_paths(Sweeps sweeps) {
 const std::vector<std::size_t> sizes_f32 = {16, 28, 48, 1004, 49152, (1u << 20) + 4, 64u << 20};
 const std::vector<std::size_t> sizes_16 = {16, 26, 48, 1002, 49152, (1u << 20) + 2, 64u << 20};
 
+/// The Lamport path on (options::lamport_max_bytes): one-shot all-reduces of at most 64 KiB per rank at 2..8 ranks.
+void lamport_on(options& o) { o.lamport_max_bytes = 64 * 1024; }
+
 }  // namespace
 
 TEST_SUITE("gpu.collectives") {
@@ -217,6 +220,20 @@ TEST_SUITE("gpu.collectives") {
       for (int n : {2, 4}) sweep<float>(n, {28, 49152, (1u << 20) + 4}, no_tweak, rank_shift);
     });
   }
+  TEST_CASE_TEMPLATE("the Lamport path matches the CPU reference bit for bit and is identical on every rank, "
+                     "beside every other algorithm on one communicator", T, float, __half, __nv_bfloat16) {
+    paths_seen.clear();
+    for (int n : {2, 4, 8}) sweep<T>(n, std::is_same_v<T, float> ? sizes_f32 : sizes_16, lamport_on);
+    CHECK(paths_seen.count(kernel::reduce_path::small_lamport) == 1);
+    CHECK(paths_seen.count(kernel::reduce_path::small_ll) == 0);  // the Lamport path takes the LL path's calls
+  }
+  TEST_CASE("the Lamport path: misaligned buffers (a different offset on each rank) and in place") {
+    paths_seen.clear();
+    for (int n : {2, 4}) sweep<__nv_bfloat16>(n, {26, 1002, 49152}, lamport_on, rank_shift);
+    for (int n : {2, 4, 8}) sweep<__nv_bfloat16>(n, {26, 1002, 49152}, lamport_on, no_shift, true);
+    for (int n : {3, 4}) sweep<float>(n, {28, 1004, 49152}, lamport_on, rank_shift, true);
+    CHECK(paths_seen.count(kernel::reduce_path::small_lamport) == 1);
+  }
   TEST_CASE("in-place all-reduces (output = input) match the reference on every kernel, aligned and misaligned") {
     // The own contribution is read from the input while the output is written: one_shot reads a packet before
     // storing it; ring stores into chunks it has finished reading; two_shot reads every packet of a part (sent in
@@ -230,6 +247,63 @@ TEST_SUITE("gpu.collectives") {
 }
 
 namespace {
+/// Inputs holding all-ones elements (the Lamport area's empty value, a NaN in every float type: on every rank, on
+/// one rank, on a rank that changes with the element), -0.0 on every rank, and random values: the Lamport path's
+/// result has the packet path's bytes (a communicator without the Lamport area, same inputs), on every rank.
+template <class T>
+void lamport_special_values(int n, std::size_t count) {
+  using bits_t = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint16_t>;
+  const bits_t ones = static_cast<bits_t>(~bits_t{0});
+  const bits_t neg_zero = static_cast<bits_t>(bits_t{1} << (8 * sizeof(T) - 1));
+  options plain = gpu::default_options();
+  plain.capacity_bytes = count * sizeof(T);
+  plain.timeout_ns = 5'000'000'000ull;
+  options lamport = plain;
+  lamport_on(lamport);
+  std::vector<std::vector<bits_t>> got_plain(n), got_lamport(n);
+  std::atomic<int> bad{0};
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+    const int r = b.rank();
+    gpu::communicator<> packets(b, plain), lamport_comm(b, lamport);
+    if (lamport_comm.template path_for<T>(count) != kernel::reduce_path::small_lamport) ++bad;  // the premise
+    if (packets.template path_for<T>(count) == kernel::reduce_path::small_lamport) ++bad;
+    gpu_rank gr;
+    dev_buf<T> din(count), d1(count), d2(count);
+    pinned<T> h(count), g1(count), g2(count);
+    const std::vector<T> random = make_input<T>(count, r, 99);
+    for (std::size_t i = 0; i < count; ++i) {
+      bits_t v;
+      std::memcpy(&v, &random[i], sizeof v);
+      if (i % 5 == 0) v = ones;                                        // every rank
+      if (i % 5 == 1) v = neg_zero;                                    // every rank: the sum is -0.0
+      if (i % 5 == 2 && r == 0) v = ones;                              // the first rank only
+      if (i % 5 == 3 && static_cast<int>(i / 5 % n) == r) v = ones;    // one rank, a different one along the input
+      std::memcpy(static_cast<void*>(&h[i]), &v, sizeof v);
+    }
+    b.barrier();  // no device-synchronising call from here on
+    cudaMemcpyAsync(din.p, h.data(), count * sizeof(T), cudaMemcpyHostToDevice, gr.stream);
+    if (packets.all_reduce(din.p, d1.p, count, gr.stream) != status::ok) ++bad;
+    if (lamport_comm.all_reduce(din.p, d2.p, count, gr.stream) != status::ok) ++bad;
+    cudaMemcpyAsync(g1.data(), d1.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+    cudaMemcpyAsync(g2.data(), d2.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream);
+    if (cudaStreamSynchronize(gr.stream) != cudaSuccess) ++bad;
+    got_plain[r].resize(count);
+    got_lamport[r].resize(count);
+    std::memcpy(got_plain[r].data(), g1.data(), count * sizeof(T));
+    std::memcpy(got_lamport[r].data(), g2.data(), count * sizeof(T));
+    b.barrier();
+  });
+  CHECK(bad.load() == 0);
+  for (int q = 0; q < n; ++q) {
+    CAPTURE(q);
+    CHECK(got_lamport[q] == got_plain[0]);
+    CHECK(got_plain[q] == got_plain[0]);
+  }
+  const float x = rtest::to_float(reinterpret_cast<const T*>(got_lamport[0].data())[0]);
+  CHECK(x != x);                           // all ones on every rank: NaN
+  CHECK(got_lamport[0][1] == neg_zero);    // -0.0 on every rank: -0.0
+}
+
 /// More parts than CTAs: 3 CTAs per rank loop over parts of at most 16 KiB (65 of them at 1 MiB + 2 bytes; each
 /// more than one packet per thread, so the bulk loop runs).
 void looped_parts(options& o) {
@@ -616,13 +690,17 @@ TEST_SUITE("gpu.graph") {
   TEST_CASE("1000 graph replays mixing all-reduce (one_shot, and ring or two_shot) and all-gather of different sizes "
             "and grid sizes stay correct") {
    for (const bool pdl : {false, true})
-   for (const algorithm::algo third : {algorithm::algo::ring, algorithm::algo::two_shot}) {
+   for (const algorithm::algo third : {algorithm::algo::ring, algorithm::algo::two_shot})
+   for (const bool lamport : {false, true}) {
+    if (lamport && third == algorithm::algo::ring) continue;  // the Lamport path beside two_shot only: fewer runs
     CAPTURE(pdl);  // also with programmatic dependent launch (opt-in): edges between the captured kernels
     CAPTURE(algo_name(third));
+    CAPTURE(lamport);  // the 1000-element one_shot all-reduce on the Lamport path
     const int n = 4;
     options o = gpu::default_options();
     o.capacity_bytes = 1 << 20;
     o.timeout_ns = 5'000'000'000ull;
+    if (lamport) lamport_on(o);
     using T = __nv_bfloat16;
     std::atomic<int> failures{0};
     host::spawn_ranks(n, [&](bootstrap::in_process& b) {
@@ -855,11 +933,13 @@ TEST_SUITE("gpu.graph") {
 /// synchronize, its kernel ends by itself, and later calls are no-ops. At 2 ranks a call of at most 64 KiB takes
 /// the LL path (one_shot::uses_ll), whose waits are the inline checks, not wait_one.
 template <class Transport>
-void never_launches(std::size_t count, int n = 4, algorithm::algo a = algorithm::algo::one_shot) {
+void never_launches(std::size_t count, int n = 4, algorithm::algo a = algorithm::algo::one_shot,
+                    void (*tweak)(options&) = no_tweak) {
   const int dead = n - 1;
   options o = gpu::default_options();
   o.capacity_bytes = 1 << 20;
   o.timeout_ns = 300'000'000ull;  // 300 ms
+  tweak(o);
   std::atomic<int> bad{0};
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     gpu::communicator<Transport> comm(b, o);
@@ -903,14 +983,28 @@ inline bool takes_ll_path(std::uint64_t count) {
                                                           count, parts, kernel::threads_per_block);
 }
 
-/// Rank 0 calls with `ca` floats, rank 1 with `cb` (cb >= ca): both must report a mismatch well before the
+/// Whether an all-reduce of `count` floats at `n` ranks takes the Lamport path with lamport_on and the options these
+/// tests use (1 MiB capacity), split as gpu::communicator::parts_for splits it.
+inline bool takes_lamport_path(std::uint64_t count, int n) {
+  options o = gpu::default_options();
+  o.capacity_bytes = 1 << 20;
+  lamport_on(o);
+  const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<reduce::sum<float>>);
+  const std::uint32_t parts = algorithm::part_count(packets, protocol::ceil_div(o.min_part_bytes, packet_bytes), o.max_parts);
+  return algorithm::one_shot::uses_lamport<reduce::sum<float>>(
+      host::make_layout<algorithm::one_shot, algorithm::ring, algorithm::two_shot>(n, o, true), n, count, parts,
+      kernel::threads_per_block);
+}
+
+/// Rank 0 calls with `ca` floats, every other rank with `cb` (cb >= ca): all must report a mismatch well before the
 /// timeout, and every later call is poisoned.
-inline void different_counts(std::size_t ca, std::size_t cb) {
+inline void different_counts(std::size_t ca, std::size_t cb, void (*tweak)(options&) = no_tweak, int n = 2) {
   options o = gpu::default_options();
   o.capacity_bytes = 1 << 20;
   o.timeout_ns = 5'000'000'000ull;
+  tweak(o);
   std::atomic<int> bad{0};
-  host::spawn_ranks(2, [&](bootstrap::in_process& b) {
+  host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     gpu::communicator<> comm(b, o);
     gpu_rank gr;
     dev_buf<float> din(cb), dout(cb);
@@ -934,10 +1028,11 @@ inline void different_counts(std::size_t ca, std::size_t cb) {
 
 /// Rank `refuser` passes a null output; every other rank must fail at once (mismatch, naming it), not at the
 /// timeout, and every later call is poisoned.
-inline void refuses_input(int n, int refuser) {
+inline void refuses_input(int n, int refuser, void (*tweak)(options&) = no_tweak) {
   options o = gpu::default_options();
   o.capacity_bytes = 1 << 20;
   o.timeout_ns = 5'000'000'000ull;
+  tweak(o);
   std::atomic<int> bad{0};
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     gpu::communicator<> comm(b, o);
@@ -1124,6 +1219,27 @@ TEST_SUITE("gpu.protocol") {
     different_counts(16384, 16385);
   }
 
+  TEST_CASE("the Lamport path: a rank that never launches is reported by every other rank (2 and 4 ranks)") {
+    REQUIRE(takes_lamport_path(4096, 2));
+    REQUIRE(takes_lamport_path(4096, 4));
+    never_launches<transport::cuda_loopback>(4096, 2, algorithm::algo::one_shot, lamport_on);
+    never_launches<transport::cuda_loopback>(4096, 4, algorithm::algo::one_shot, lamport_on);
+  }
+  TEST_CASE("the Lamport path: a rank that refuses its input makes every peer fail at once") {
+    REQUIRE(takes_lamport_path(4096, 4));
+    refuses_input(4, 2, lamport_on);
+  }
+  TEST_CASE("the Lamport path: calls with different counts fail on every rank as a mismatch, never a wrong sum") {
+    // 1002 and 1003 floats: both Lamport calls, whose sources lie at different strides
+    REQUIRE(takes_lamport_path(1002, 4));
+    REQUIRE(takes_lamport_path(1003, 4));
+    different_counts(1002, 1003, lamport_on, 4);
+    // 16384 floats (64 KiB) on the Lamport path, 16385 on the packet path
+    REQUIRE(takes_lamport_path(16384, 2));
+    REQUIRE_FALSE(takes_lamport_path(16385, 2));
+    different_counts(16384, 16385, lamport_on);
+  }
+
   TEST_CASE("a configuration that could deadlock by exceeding co-residency is refused at set-up") {
     options o = gpu::default_options();
     o.capacity_bytes = 1 << 16;
@@ -1137,5 +1253,15 @@ TEST_SUITE("gpu.protocol") {
       }
     });
     CHECK(refused.load() == 2);
+  }
+}
+
+TEST_SUITE("gpu.collectives") {
+  TEST_CASE_TEMPLATE("the Lamport path: all-ones elements (its empty value, a NaN) and -0.0 in the input give the "
+                     "packet path's bytes on every rank", T, float, __half, __nv_bfloat16) {
+    for (int n : {2, 4, 8}) {
+      CAPTURE(n);
+      lamport_special_values<T>(n, 16 / sizeof(T) * 1000 + 3);  // a partial last packet
+    }
   }
 }

@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <tuple>
@@ -356,6 +357,38 @@ TEST_SUITE("host.schedule") {
         }
   }
 
+  TEST_CASE("make_layout: a Lamport area only for directly written GPU windows of 2..lamport_max_ranks ranks, after "
+            "every other region, sized for ranks x the Lamport input of each slot") {
+    for (int n : {1, 2, 3, 4, 8, 9, 16})
+      for (bool with_ll : {false, true})
+        for (std::uint64_t cap : {1000ull, 65536ull, 1ull << 20})
+          for (std::uint64_t lamport : {0ull, 8192ull, 65536ull}) {
+            CAPTURE(n);
+            CAPTURE(with_ll);
+            CAPTURE(cap);
+            CAPTURE(lamport);
+            options o;
+            o.capacity_bytes = cap;
+            o.lamport_max_bytes = lamport;
+            const protocol::window_layout l = host::make_layout<one_shot, ring, algorithm::two_shot>(n, o, with_ll);
+            const bool has = with_ll && n >= 2 && n <= lamport_max_ranks && lamport != 0;
+            CHECK((l.lamport_bytes != 0) == has);
+            CHECK(l.lamport_max_bytes == (has ? std::min(cap, lamport) : 0));
+            if (!has) continue;
+            CHECK(l.lamport_bytes >= std::uint64_t(n) * l.lamport_max_bytes);
+            CHECK(l.lamport_offset(0) >= l.ll_offset(1) + l.ll_bytes);  // after the LL areas
+            CHECK(l.lamport_offset(1) == l.lamport_offset(0) + l.lamport_bytes);
+            CHECK(l.total_bytes() == l.lamport_offset(1) + l.lamport_bytes);
+            CHECK(l.ones_ranges(0).offset == 0);
+            CHECK(l.ones_ranges(0).bytes == l.flags_bytes());
+            CHECK(l.ones_ranges(1).offset == l.lamport_offset(0));
+            CHECK(l.ones_ranges(1).bytes == 2 * l.lamport_bytes);
+            // every call the Lamport path takes fits its slot's area: n sources `source_stride` apart
+            const std::uint64_t most = l.lamport_max_bytes / sizeof(float);
+            CHECK(one_shot::source_stride<reduce::sum<float>>(l, most) * std::uint64_t(n) <= l.lamport_bytes);
+          }
+  }
+
   TEST_CASE("make_layout refuses out-of-range values and a window whose size would overflow") {
     auto refused = [](int n, options o) {
       try {
@@ -374,6 +407,9 @@ TEST_SUITE("host.schedule") {
     options huge = o;
     huge.capacity_bytes = (std::uint64_t{1} << 40) + 1;
     CHECK(rtest::contains(refused(2, huge), "capacity_bytes"));
+    options lamport = o;
+    lamport.lamport_max_bytes = ll_max_bytes + 16;
+    CHECK(rtest::contains(refused(2, lamport), "lamport_max_bytes"));
     options no_parts = o;
     no_parts.max_parts = 0;
     CHECK(rtest::contains(refused(2, no_parts), "max_parts"));

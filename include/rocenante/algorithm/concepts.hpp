@@ -59,6 +59,11 @@ struct no_gate {
   ROCENANTE_HOST_DEVICE constexpr void operator()() const {}
 };
 
+/// How a decode-size one-shot all-reduce (one packet per thread) moves its packets on directly written windows
+/// (algorithm/one_shot.hpp): packets then a flag per peer, LL lines (each 8 payload bytes beside the call's flag),
+/// or Lamport packets (the data is its own flag). Chosen from values every rank shares (one_shot::small_protocol_for).
+enum class small_protocol : int { packets = 0, ll = 1, lamport = 2 };
+
 /// An epilogue sees every packet of fp32 sums once, before the single rounding to the element type, with the
 /// index of its first element: `epi(first_element, acc)` may change acc.v[0..lanes) (e.g. add a residual, scale,
 /// apply an activation). It runs where the final sum is formed (every rank in one_shot, the chunk's owner in

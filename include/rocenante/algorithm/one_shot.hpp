@@ -30,6 +30,19 @@
 //
 //   rank 0, 4 parts:  stage p0 | stage p1 | stage p2 | stage p3 (last: trailer, doorbell) | wait F[d][q], q = 1..3
 //   proxy of rank 0:                                             WRITE -> 1, F -> 1 | WRITE -> 2, F -> 2 | ...
+//
+// Lamport path (GPU, directly written windows, 2..lamport_max_ranks ranks, calls of at most
+// options::lamport_max_bytes per rank with one packet per thread): the data is its own ready flag. A window's
+// Lamport area starts all ones; no element a rank sends is all ones (an all-ones element is a NaN in fp32, fp16 and
+// bf16 alike, and is sent as the same NaN with its sign bit cleared — an fp32 sum turns any NaN into the canonical
+// one, so the result's bytes do not change). Each thread stores its packet into source `rank` of every peer's area
+// and polls the packets of every source until no element is all ones; it then writes all ones back over what it
+// read, so a packet is only ever empty or this call's (the argument of the LL path below: two slots, and the
+// reader clears before its next collective can let the writer reach this slot again). No fence, no flag round trip
+// and no barrier between storing and polling. The call's signature still travels: each part also writes its flag
+// word (protocol::ll_word_signature) into every peer's channel `rank`, relaxed, and a reader accepts a source's
+// packets only once that word is this call's — a peer in another call (another count lays its packets out
+// elsewhere) is a mismatch, never a wrong sum.
 #pragma once
 
 #include <cstdint>
@@ -104,13 +117,16 @@ struct one_shot {
                                                typename R::value_type* out, std::uint64_t count,
                                                std::uint32_t parts, const Epilogue& epi = {}) {
 #if ROCENANTE_DEVICE_PASS
-    if constexpr (has_ll<typename Session::handle_type>)
-      if (uses_ll<R>(s.handle().layout(), s.handle().ranks(), count, parts, s.team().size()))
-        return all_reduce_ll<R>(s, in, out, count, parts, epi);
+    switch (small_protocol_for<R, typename Session::handle_type>(s.handle().layout(), s.handle().ranks(), count, parts,
+                                                                 s.team().size())) {
+      case small_protocol::lamport: return all_reduce_small<R, small_protocol::lamport>(s, in, out, count, parts, epi);
+      case small_protocol::ll: return all_reduce_small<R, small_protocol::ll>(s, in, out, count, parts, epi);
+      case small_protocol::packets: break;
+    }
     // At most one packet per thread in this part (decode-size messages): the decode-size code (the same bytes
     // and the same protocol, so parts and ranks may differ in which code runs a part).
     if (split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part()).size() <= static_cast<std::uint64_t>(s.team().size()))
-      return all_reduce_small<R, false>(s, in, out, count, parts, epi);
+      return all_reduce_small<R, small_protocol::packets>(s, in, out, count, parts, epi);
 #endif
     if (!stage_and_exchange<R>(s, in, count, parts)) return false;
     s.trace(4);
@@ -136,16 +152,22 @@ struct one_shot {
   }
 
   /// all_reduce with only its decode-size code, for calls whose every part holds at most as many packets as the team
-  /// has threads (same bytes; LL: the caller chose uses_ll, every rank alike). Why: no staging or bulk loop, the own
-  /// packet kept in registers from load to sum (docs/results/h200-2026-12-04).
+  /// has threads (same bytes; P: the caller chose small_protocol_for, every rank alike). Why: no staging or bulk loop,
+  /// the own packet kept in registers from load to sum (docs/results/h200-2026-12-04).
 #if ROCENANTE_DEVICE_PASS
   /// Gate: called by every team thread between the plan and the first read of the input (algorithm::no_gate).
-  template <reduce::reduction R, bool LL, class Session, class Epilogue = no_epilogue, class Gate = no_gate>
+  template <reduce::reduction R, small_protocol P, class Session, class Epilogue = no_epilogue, class Gate = no_gate>
   ROCENANTE_DEVICE static bool all_reduce_small(Session& s, const typename R::value_type* in,
                                                 typename R::value_type* out, std::uint64_t count,
                                                 std::uint32_t parts, const Epilogue& epi = {}, const Gate& gate = {}) {
-    if constexpr (LL) {
-      if constexpr (has_ll<typename Session::handle_type>) return all_reduce_ll<R>(s, in, out, count, parts, epi, gate);
+    using handle_t = typename Session::handle_type;
+    if constexpr (P == small_protocol::ll) {
+      if constexpr (has_ll<handle_t>) return all_reduce_ll<R>(s, in, out, count, parts, epi, gate);
+      gate();
+      return false;
+    } else if constexpr (P == small_protocol::lamport) {
+      if constexpr (has_lamport<handle_t> && lamport_serves<R> && transport::fixed_ranks_of<handle_t>() <= lamport_max_ranks)
+        return all_reduce_lamport<R>(s, in, out, count, parts, epi, gate);
       gate();
       return false;
     }
@@ -427,6 +449,48 @@ struct one_shot {
            protocol::ceil_div(packets, parts) <= static_cast<std::uint64_t>(team_size);
   }
 
+  /// Whether a transport handle has a Lamport area (directly written windows).
+  template <class Handle>
+  static constexpr bool has_lamport = requires(Handle& hh) { hh.lamport_recv_ptr(0u, std::uint64_t{0}); };
+
+  /// Reductions the Lamport path serves: the fp32-accumulated sums of 2- and 4-byte floats, where every all-ones
+  /// element is a NaN and a NaN input gives the canonical NaN whatever its payload ("Lamport path").
+  template <reduce::reduction R>
+  static constexpr bool lamport_serves = R::op_id == reduce::reduce_op::sum && !R::block_scaled &&
+                                         (R::dtype_id == dtype::f32 || R::dtype_id == dtype::f16 ||
+                                          R::dtype_id == dtype::bf16) &&
+                                         (sizeof(typename R::value_type) == 2 || sizeof(typename R::value_type) == 4);
+
+  /// Whether a call takes the Lamport path: a reduction it serves, 2..lamport_max_ranks ranks, a layout with a
+  /// Lamport area (options::lamport_max_bytes), the input within it, every thread of a part carrying at most one
+  /// packet. Values every rank shares only, like uses_ll.
+  template <reduce::reduction R>
+  ROCENANTE_HOST_DEVICE static constexpr bool uses_lamport(const protocol::window_layout& l, int n, std::uint64_t count,
+                                                           std::uint32_t parts, int team_size) {
+    if constexpr (!lamport_serves<R>) {
+      return false;
+    } else {
+      const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+      return n > 1 && n <= lamport_max_ranks && l.lamport_bytes != 0 &&
+             count * sizeof(typename R::value_type) <= l.lamport_max_bytes &&
+             source_stride<R>(l, count) * static_cast<std::uint64_t>(n) <= l.lamport_bytes &&
+             protocol::ceil_div(packets, parts) <= static_cast<std::uint64_t>(team_size);
+    }
+  }
+
+  /// The decode-size protocol of a call over handles of type Handle (the Lamport path where it serves, else LL,
+  /// else packets): what all_reduce runs and what a kernel launching all_reduce_small must pass.
+  template <reduce::reduction R, class Handle>
+  ROCENANTE_HOST_DEVICE static constexpr small_protocol small_protocol_for(const protocol::window_layout& l, int n,
+                                                                          std::uint64_t count, std::uint32_t parts,
+                                                                          int team_size) {
+    if constexpr (has_lamport<Handle>)
+      if (uses_lamport<R>(l, n, count, parts, team_size)) return small_protocol::lamport;
+    if constexpr (has_ll<Handle>)
+      if (uses_ll<R>(l, n, count, parts, team_size)) return small_protocol::ll;
+    return small_protocol::packets;
+  }
+
  private:
 #if ROCENANTE_DEVICE_PASS
   /// session::finish between the trace points 5 and 6 that the decode-size paths record (ROCENANTE_TRACE_PHASES).
@@ -582,8 +646,186 @@ struct one_shot {
     finish_traced(s, parts);
     return true;
   }
-#endif
 
+  /// Lamport packets ("Lamport path"): element words of 4 bytes (fp32) or two of 2 bytes (fp16, bf16).
+  /// The word as sent: an all-ones element (a NaN) becomes the same NaN with its sign bit cleared.
+  template <reduce::reduction R>
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE std::uint32_t lamport_word(std::uint32_t w) {
+    if constexpr (sizeof(typename R::value_type) == 4) {
+      return w == 0xffffffffu ? 0x7fffffffu : w;
+    } else {
+      const std::uint32_t lo = (w & 0xffffu) == 0xffffu ? 0x7fffu : (w & 0xffffu);
+      const std::uint32_t hi = (w >> 16) == 0xffffu ? 0x7fff0000u : (w & 0xffff0000u);
+      return hi | lo;
+    }
+  }
+  /// Whether word `w` of a received packet still holds an empty (all-ones) element.
+  template <reduce::reduction R>
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE bool lamport_empty(std::uint32_t w) {
+    if constexpr (sizeof(typename R::value_type) == 4)
+      return w == 0xffffffffu;
+    else
+      return (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
+  }
+  template <reduce::reduction R>
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE bool lamport_ready(const uint4& v) {
+    return !(lamport_empty<R>(v.x) || lamport_empty<R>(v.y) || lamport_empty<R>(v.z) || lamport_empty<R>(v.w));
+  }
+  /// One packet as four 32-bit accesses: each word is stored and loaded whole (single-copy atomic), so a word a
+  /// poll reads is either all ones or the writer's, and a packet whose four words are not empty is the writer's
+  /// whole packet, whatever order its words landed in.
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE void lamport_store(std::byte* p, const uint4& v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  }
+  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE uint4 lamport_load(const std::byte* p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+  }
+
+  /// One-shot all-reduce in Lamport packets (decode-size messages on GPUs whose ranks store into each other's
+  /// windows; "Lamport path" at the top of this file):
+  ///
+  ///   each thread: load its packet of `in` | enter | store it (no all-ones element) into source `rank` of every
+  ///   peer's Lamport area, and this part's flag word into channel `rank` of every peer (no fence, no barrier) |
+  ///   poll the packet of every source until none of its elements is all ones, and (threads 0..n-1) peer t's flag
+  ///   word until it is this call's | write all ones over what it read | sum in rank order | team verdict |
+  ///   epilogue and store | finish
+  ///
+  /// Same bytes as the packet path: fp32 accumulation in rank order, rounded once (the own packet enters the sum as
+  /// it was sent, so every rank sums the same values). Bounded like every wait (session::inline_wait_check: time,
+  /// polls, poison, abort flags from peers, a flag word of another call).
+  template <reduce::reduction R, class Session, class Epilogue, class Gate = no_gate>
+  ROCENANTE_DEVICE static bool all_reduce_lamport(Session& s, const typename R::value_type* in, typename R::value_type* out,
+                                                  std::uint64_t count, std::uint32_t parts, const Epilogue& epi,
+                                                  const Gate& gate = {}) {
+    auto& team = s.team();
+    auto& h = s.handle();
+    const int n = h.ranks(), r = h.rank();
+    const std::uint64_t stride = detail::held(source_stride<R>(h.layout(), count));
+    const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+    const std::uint64_t i = pr.begin + team.thread();
+    const bool mine = i < pr.end;
+    gate();
+    s.started();
+    reduce::value_packet<R> own{};
+    const bool plain = is_plain_input<R>(in, count);
+    if (mine && plain) own = reduce::load_packet_issue<R>(in + i * reduce::lanes<R>);
+    if (!s.enter()) return false;
+    if (mine && !plain) own = reduce::load_user<R>(in, i, count);
+    s.trace(0);
+    s.trace(1);
+    const std::uint32_t slot = s.slot();
+    const std::uint64_t word = s.ll_flag_word();
+    uint4 sent = *reinterpret_cast<const uint4*>(&own);
+    sent = make_uint4(lamport_word<R>(sent.x), lamport_word<R>(sent.y), lamport_word<R>(sent.z), lamport_word<R>(sent.w));
+    if (mine) {
+      if constexpr (transport::fixed_ranks_of<typename Session::handle_type>() > 0) {
+        ROCENANTE_UNROLL
+        for (int q = 0; q < n; ++q)
+          if (q != r) lamport_store(h.lamport_put_ptr(q, slot, r * stride + i * packet_bytes), sent);
+      } else {
+#pragma unroll 1
+        for (int q = 0; q < n; ++q)
+          if (q != r) lamport_store(h.lamport_put_ptr(q, slot, r * stride + i * packet_bytes), sent);
+      }
+    }
+    // This call's flag word into this rank's channel of this part at every peer (as the LL path writes it): the
+    // reader's check that the packets it polls come from this call.
+    for (int q = team.thread(); q < n; q += team.size())
+      if (q != r) detail::store_relaxed(h.peer_flag(q, h.layout().flag_index(slot, s.part(), static_cast<std::uint32_t>(r))), word);
+    s.trace(2);
+    s.trace(3);
+    // As in the LL path: a rank that starts after its peers gave up on it finds their abort flag in every channel.
+    const std::uint32_t abort_channel = static_cast<std::uint32_t>((r + 1) % n);
+    std::uint64_t abort_word = protocol::flag_unset;
+    if (team.thread() == 0) {
+      const std::uint64_t* fw = h.local_flag(h.layout().flag_index(slot, s.part(), abort_channel));
+      asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(abort_word) : "l"(fw) : "memory");
+    }
+    // Thread t < n (t != rank) also checks peer t's flag word of this part.
+    const int t = team.thread();
+    bool flag_pending = t < n && t != r;
+    const std::uint64_t* my_flag = h.local_flag(h.layout().flag_index(slot, s.part(), static_cast<std::uint32_t>(t < n ? t : 0)));
+    bool ok = true;
+    reduce::accum_packet<R> acc{};
+    auto poll_and_sum = [&](auto group_size) {
+      // One group of every source (n <= lamport_max_ranks <= 8), each poll loading every pending source's packet
+      // and the flag word with no branch between the loads: one memory latency per poll. A slot past the last rank
+      // loads source 0's packet (a valid address, value unused).
+      constexpr int group = decltype(group_size)::value;
+      uint4 v[group] = {};
+      std::uint32_t pending = 0;
+      if (mine) {
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g)
+          if (g < n && g != r) pending |= 1u << g;
+      }
+      const std::uint64_t start = rocenante::detail::now_ns();
+      std::uint64_t polls = 0;
+      while (pending != 0 || flag_pending) {
+        if (mine) {
+          ROCENANTE_UNROLL
+          for (int g = 0; g < group; ++g)
+            v[g] = lamport_load(h.lamport_recv_ptr(slot, (g < n ? g : 0) * stride + i * packet_bytes));
+        }
+        std::uint64_t seen = word;
+        if (flag_pending) asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(seen) : "l"(my_flag) : "memory");
+        int late = -1;
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g)
+          if (pending >> g & 1u) {
+            if (lamport_ready<R>(v[g]))
+              pending &= ~(1u << g);
+            else if (late < 0)
+              late = g;
+          }
+        if (seen == word) flag_pending = false;
+        if (pending == 0 && !flag_pending) break;
+        if (late < 0) late = t;  // only the flag word is missing
+        if (!s.inline_wait_check(late, static_cast<std::uint32_t>(late), 0, start, polls)) {
+          ok = false;
+          return;
+        }
+      }
+      if (!mine) return;
+      // Rank order, no branch on the loaded values: slot r holds the packet as this rank sent it.
+      ROCENANTE_UNROLL
+      for (int g = 0; g < group; ++g) {
+        if (g >= n) break;
+        const uint4 w = g == r ? sent : v[g];
+        const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&w);
+        if (g == 0)
+          acc = reduce::widen<R>(x);
+        else
+          reduce::accumulate<R>(acc, x);
+      }
+      // Consumed: the packets read are empty again until this slot's next call.
+      ROCENANTE_UNROLL
+      for (int g = 0; g < group; ++g)
+        if (g < n && g != r)
+          lamport_store(h.lamport_recv_ptr(slot, g * stride + i * packet_bytes), make_uint4(~0u, ~0u, ~0u, ~0u));
+    };
+    constexpr int fixed = transport::fixed_ranks_of<typename Session::handle_type>();
+    if constexpr (fixed > 0)
+      poll_and_sum(std::integral_constant<int, fixed>{});
+    else if (n <= 4)
+      poll_and_sum(std::integral_constant<int, 4>{});
+    else
+      poll_and_sum(std::integral_constant<int, lamport_max_ranks>{});
+    if (team.thread() == 0 && ok) ok = s.accept_abort_word(abort_channel, abort_word);
+    s.trace(4);
+    if (!s.agree(ok)) return false;
+    if (mine) store_result<R>(out, i, count, acc, epi);
+    finish_traced(s, parts);
+    return true;
+  }
+
+#endif
   /// enter, stage this part of `in` into source `rank` of every peer's slot, signal, wait for every peer.
   template <reduce::reduction R, class Session>
   ROCENANTE_HOST_DEVICE static bool stage_and_exchange(Session& s, const typename R::value_type* in,

@@ -27,6 +27,12 @@ struct options {
   /// once must run at the same time: the executors cap such a call's parts at its CTAs (GPU) or use one part
   /// (host executor).
   std::uint64_t call_post_max_bytes = std::uint64_t{1} << 20;
+  /// GPU, directly written windows (cuda_loopback, cuda_ipc), 2 to 8 ranks: a one-shot all-reduce (fp32, fp16, bf16
+  /// sums) of at most this many bytes per rank whose every part holds at most one packet per thread takes the
+  /// Lamport path — packets that are their own ready flag (algorithm/one_shot.hpp): no fence, no flag round trip,
+  /// no barrier between staging and polling. Costs an area of 2 x ranks x this (rounded) bytes per window.
+  /// 0: off (every call takes the packet or LL path). Every rank must pass the same value.
+  std::uint64_t lamport_max_bytes = 0;
   /// Bound on every wait for a peer, in nanoseconds (0: none — not recommended).
   std::uint64_t timeout_ns = 10'000'000'000ull;
   /// Bound on the number of polls of one wait (0: none). The first of the two bounds to run out ends the wait.

@@ -48,8 +48,8 @@ class block_all_reduce {
   ROCENANTE_DEVICE block_all_reduce(temp_storage&, int thread, int threads) : team_{thread, threads} {}
 
   /// Every rank must call with the same count and the same `parts` (the grid). Two calls in one kernel: put a
-  /// __threadfence() in every thread between them. A one-shot call that takes the LL path (one_shot::uses_ll) clears
-  /// the lines it read with plain stores that nothing orders before the next call's stores to its peers; a
+  /// __threadfence() in every thread between them. A one-shot call that takes the LL or Lamport path (one_shot::small_protocol_for)
+  /// clears what it read with plain stores that nothing orders before the next call's stores to its peers; a
   /// kernel's end orders them, a fence does too.
   ROCENANTE_DEVICE bool run(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
                             std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
@@ -69,15 +69,15 @@ class block_all_reduce {
   }
 
   /// run() with only the algorithm's decode-size code compiled (one_shot::all_reduce_small: one packet per thread,
-  /// or with LL the LL path), for calls whose every part holds at most as many packets as the team has threads —
-  /// the same bytes as run(). LL must equal one_shot::uses_ll for the call (run() decides it inside). Every rank
-  /// must use the same variant for a call. `gate` (algorithm::no_gate) runs in every thread after the call's plan and
-  /// before its first read of the input or of the rank's state.
-  template <bool LL, class Gate = algorithm::no_gate>
+  /// moved as packets + flag, LL lines or Lamport packets), for calls whose every part holds at most as many packets
+  /// as the team has threads — the same bytes as run(). P must equal one_shot::small_protocol_for for the call
+  /// (run() decides it inside). Every rank must use the same variant for a call. `gate` (algorithm::no_gate) runs in
+  /// every thread after the call's plan and before its first read of the input or of the rank's state.
+  template <algorithm::small_protocol P, class Gate = algorithm::no_gate>
   ROCENANTE_DEVICE bool run_small(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
                                   std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}, const Gate& gate = {}) {
     auto s = make_session(ctx, count, part);
-    return Algorithm::template all_reduce_small<Reduction, LL>(s, in, out, count, parts, epi, gate);
+    return Algorithm::template all_reduce_small<Reduction, P>(s, in, out, count, parts, epi, gate);
   }
 
  private:

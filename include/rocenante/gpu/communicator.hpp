@@ -162,10 +162,13 @@ class communicator {
       const std::uint64_t most = protocol::ceil_div(packets, sp.parts);
       if (!std::is_same_v<A, algorithm::one_shot> || most > std::uint64_t{threads})
         return kernel::reduce_path::any;
-      const bool ll = algorithm::one_shot::has_ll<handle_type> &&
-                      algorithm::one_shot::uses_ll<reduce::sum<std::remove_cv_t<T>>>(layout_, size(), count, sp.parts,
-                                                                                      int(kernel::small_threads(most)));
-      return ll ? kernel::reduce_path::small_ll : kernel::reduce_path::small;
+      switch (algorithm::one_shot::small_protocol_for<reduce::sum<std::remove_cv_t<T>>, handle_type>(
+          layout_, size(), count, sp.parts, int(kernel::small_threads(most)))) {
+        case algorithm::small_protocol::lamport: return kernel::reduce_path::small_lamport;
+        case algorithm::small_protocol::ll: return kernel::reduce_path::small_ll;
+        case algorithm::small_protocol::packets: break;
+      }
+      return kernel::reduce_path::small;
     }
     return sp.parts > sp.ctas ? kernel::reduce_path::bulk_discard : kernel::reduce_path::bulk;
   }
@@ -242,11 +245,12 @@ class communicator {
 
  private:
   /// Whether kernel::all_reduce_variants[V] exists for algorithm A over this transport: the bulk and decode-size
-  /// kernels are one_shot's, the LL kernel needs a handle with an LL area.
+  /// kernels are one_shot's, the LL and Lamport kernels need a handle with an LL or Lamport area.
   template <class A, kernel::variant V>
   static constexpr bool has_variant = (V.path == kernel::reduce_path::any || V.path == kernel::reduce_path::any_loop ||
                                        std::is_same_v<A, algorithm::one_shot>) &&
-                                      (V.path != kernel::reduce_path::small_ll || algorithm::one_shot::has_ll<handle_type>);
+                                      (V.path != kernel::reduce_path::small_ll || algorithm::one_shot::has_ll<handle_type>) &&
+                                      (V.path != kernel::reduce_path::small_lamport || algorithm::one_shot::has_lamport<handle_type>);
 
   /// Launches kernel::all_reduce_variants[v] (kernel::variant_index: the same on every rank, which have the same
   /// rank count); a fixed-rank variant runs over fixed_context, with the bytes of the plain kernel.
@@ -298,7 +302,7 @@ class communicator {
     }
     // The small kernel: only as many threads as the largest part has packets (every rank derives the same number).
     const unsigned block =
-        Path == kernel::reduce_path::small || Path == kernel::reduce_path::small_ll
+        kernel::is_small(Path)
             ? kernel::small_threads(protocol::ceil_div(protocol::ceil_div(std::uint64_t{count} * sizeof(T), packet_bytes), sp.parts))
             : unsigned{threads};
     return launched(launch(kernel::all_reduce<A, R, H, Epilogue, Path>, sp.ctas, block, stream, capacity, ctx, in, out,

@@ -55,8 +55,18 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
   // LL area (one-shot lines with the flag inside, config.hpp): 2 x ranks x the largest LL input, per slot
   const std::uint64_t ll_in = opts.capacity_bytes < ll_max_bytes ? opts.capacity_bytes : ll_max_bytes;
   l.ll_bytes = with_ll && ranks > 1 && ranks <= ll_max_ranks ? protocol::align_up(2 * std::uint64_t(ranks) * protocol::align_up(ll_in, 256), 4096) : 0;
+  // Lamport area (one-shot packets that are their own flag, options::lamport_max_bytes): ranks x the largest such
+  // input per slot, on the same windows as the LL area
+  if (opts.lamport_max_bytes > ll_max_bytes)
+    throw config_error("options::lamport_max_bytes = " + std::to_string(opts.lamport_max_bytes) + " is above " +
+                       std::to_string(ll_max_bytes) + " (a decode-size path: one packet per thread)");
+  const std::uint64_t lamport_in = opts.capacity_bytes < opts.lamport_max_bytes ? opts.capacity_bytes : opts.lamport_max_bytes;
+  if (with_ll && ranks > 1 && ranks <= lamport_max_ranks && lamport_in != 0) {
+    l.lamport_max_bytes = lamport_in;
+    l.lamport_bytes = protocol::align_up(std::uint64_t(ranks) * protocol::align_up(lamport_in, 256), 4096);
+  }
   std::uint64_t total = 0;
-  if (!protocol::checked_mul(l.slot_bytes + l.ll_bytes, slot_count, total) || total > (std::uint64_t{1} << 42))
+  if (!protocol::checked_mul(l.slot_bytes + l.ll_bytes + l.lamport_bytes, slot_count, total) || total > (std::uint64_t{1} << 42))
     throw config_error("window of " + std::to_string(ranks) + " ranks x " + std::to_string(opts.capacity_bytes) +
                        " bytes is too large; lower capacity_bytes");
   return l;
@@ -65,14 +75,15 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
 /// The values every rank must agree on, in the order they are checked.
 struct agreed_config {
   std::uint64_t version, ranks, capacity_bytes, max_parts, min_part_bytes, max_ctas, max_part_bytes, timeout_ns,
-      max_polls, first_sequence, call_post_max_bytes, transport;
-  static constexpr std::array<const char*, 12> names = {"version",        "ranks",          "capacity_bytes",
+      max_polls, first_sequence, call_post_max_bytes, lamport_max_bytes, transport;
+  static constexpr std::array<const char*, 13> names = {"version",        "ranks",          "capacity_bytes",
                                                         "max_parts",      "min_part_bytes", "max_ctas",
                                                         "max_part_bytes", "timeout_ns",     "max_polls",
-                                                        "first_sequence", "call_post_max_bytes", "transport"};
-  std::array<std::uint64_t, 12> values() const {
+                                                        "first_sequence", "call_post_max_bytes", "lamport_max_bytes",
+                                                        "transport"};
+  std::array<std::uint64_t, 13> values() const {
     return {version,   ranks,          capacity_bytes, max_parts,           min_part_bytes, max_ctas,
-            max_part_bytes, timeout_ns, max_polls,     first_sequence, call_post_max_bytes, transport};
+            max_part_bytes, timeout_ns, max_polls,     first_sequence, call_post_max_bytes, lamport_max_bytes, transport};
   }
 };
 
@@ -91,7 +102,8 @@ inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, con
                      o.min_part_bytes, o.max_ctas,
                      o.max_part_bytes, o.timeout_ns,
                      o.max_polls,     o.first_sequence,
-                     o.call_post_max_bytes, name_hash(transport_name)};
+                     o.call_post_max_bytes, o.lamport_max_bytes,
+                     name_hash(transport_name)};
   const std::vector<agreed_config> all = setup::vote(boot, "agree on options", mine, [] {});
   for (std::size_t f = 0; f < agreed_config::names.size(); ++f) {
     const std::uint64_t v0 = all[0].values()[f];

@@ -45,11 +45,21 @@ inline constexpr int min_blocks_per_sm = 1;
 /// Why `any` does not loop: the loop keeps the part index, the part count and the pointers live across the
 /// whole one-shot code, which pushed that kernel from 12 to 1368 bytes of register spills (sm_90a, bf16), and the
 /// spills cost decode-size calls about 1.2 us (48 KiB at 4 ranks, graph: 6.42 vs 5.20 us; s6c-c1cc2a6).
-/// small / small_ll: the decode-size code alone (block_all_reduce::run_small; one_shot, one part per CTA, every
-/// part at most as many packets as the CTA has threads), packets + flag or the LL path, launched with only as many
-/// threads as the largest part has packets (rounded up to whole warps): docs/results/h200-2026-12-04 has what it
-/// saves.
-enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3, small = 4, small_ll = 5 };
+/// small / small_ll / small_lamport: the decode-size code alone (block_all_reduce::run_small; one_shot, one part
+/// per CTA, every part at most as many packets as the CTA has threads), packets + flag, the LL path or the Lamport
+/// path (algorithm::small_protocol), launched with only as many threads as the largest part has packets (rounded up
+/// to whole warps): docs/results/h200-2026-12-04 has what it saves.
+enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3, small = 4, small_ll = 5, small_lamport = 6 };
+
+/// The decode-size protocol a small* path runs.
+ROCENANTE_HOST_DEVICE constexpr algorithm::small_protocol small_protocol_of(reduce_path path) {
+  return path == reduce_path::small_ll ? algorithm::small_protocol::ll
+         : path == reduce_path::small_lamport ? algorithm::small_protocol::lamport
+                                               : algorithm::small_protocol::packets;
+}
+ROCENANTE_HOST_DEVICE constexpr bool is_small(reduce_path path) {
+  return path == reduce_path::small || path == reduce_path::small_ll || path == reduce_path::small_lamport;
+}
 
 /// One all-reduce kernel that gpu::communicator launches: its code, and its handle — the plain one (fixed == 0), or
 /// transport::fixed_ranks<handle, N> (fixed == N: the rank count a template parameter, every loop over ranks
@@ -63,16 +73,21 @@ struct variant {
 /// Every all-reduce kernel gpu::communicator launches. Its dispatch (all_reduce) and its set-up co-residency check
 /// both read this table, so a kernel is listed here and nowhere else. The decode-size kernels run over fixed_ranks
 /// at 2 and 8 ranks, where they were 0.11-0.16 us faster, not at 4, where they were 0.056 us slower
-/// (docs/results/h200-2026-12-05/s11-0c4216e); small_ll serves at most ll_max_ranks = 2 ranks.
+/// (docs/results/h200-2026-12-05/s11-0c4216e); small_ll serves at most ll_max_ranks = 2 ranks, small_lamport
+/// 2..lamport_max_ranks (over the plain handle: not measured yet).
 inline constexpr variant all_reduce_variants[] = {
-    {reduce_path::any},  {reduce_path::any_loop}, {reduce_path::bulk},       {reduce_path::bulk_discard},
+    {reduce_path::any},   {reduce_path::any_loop}, {reduce_path::bulk},     {reduce_path::bulk_discard},
     {reduce_path::small}, {reduce_path::small, 2}, {reduce_path::small, 8}, {reduce_path::small_ll, 2},
+    {reduce_path::small_lamport},
 };
 inline constexpr int variant_count = static_cast<int>(sizeof(all_reduce_variants) / sizeof(all_reduce_variants[0]));
 
-/// Whether a call at `ranks` ranks can take `path` (the LL path serves 2..ll_max_ranks ranks: algorithm::one_shot::uses_ll).
+/// Whether a call at `ranks` ranks can take `path` (the LL path serves 2..ll_max_ranks ranks: algorithm::one_shot::uses_ll;
+/// the Lamport path 2..lamport_max_ranks: uses_lamport).
 constexpr bool path_at(reduce_path path, int ranks) {
-  return path != reduce_path::small_ll || (ranks > 1 && ranks <= ll_max_ranks);
+  if (path == reduce_path::small_ll) return ranks > 1 && ranks <= ll_max_ranks;
+  if (path == reduce_path::small_lamport) return ranks > 1 && ranks <= lamport_max_ranks;
+  return true;
 }
 
 /// Index in all_reduce_variants of the kernel a call taking `path` at `ranks` ranks launches: the fixed_ranks entry
@@ -90,7 +105,7 @@ constexpr int variant_index(reduce_path path, int ranks) {
 /// Every path that can occur at a rank count has a kernel.
 constexpr bool variants_cover_every_call() {
   for (int n = 1; n <= max_ranks; ++n)
-    for (int p = 0; p <= static_cast<int>(reduce_path::small_ll); ++p)
+    for (int p = 0; p <= static_cast<int>(reduce_path::small_lamport); ++p)
       if (path_at(reduce_path(p), n) && variant_index(reduce_path(p), n) < 0) return false;
   return true;
 }
@@ -130,9 +145,9 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
   using block_t = device::block_all_reduce<Algorithm, Reduction, Handle, Epilogue>;
   __shared__ typename block_t::temp_storage tmp;
   block_t coll(tmp, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
-  if constexpr (Path == reduce_path::small || Path == reduce_path::small_ll) {
+  if constexpr (is_small(Path)) {
     // parts == gridDim.x; the wait for the stream predecessor comes after the plan (dependency_gate)
-    if (!coll.template run_small<Path == reduce_path::small_ll>(ctx, in, out, count, blockIdx.x, parts, epi, dependency_gate{}))
+    if (!coll.template run_small<small_protocol_of(Path)>(ctx, in, out, count, blockIdx.x, parts, epi, dependency_gate{}))
       poison_part<Algorithm, Reduction>(out, count, blockIdx.x, parts, ctx.handle.ranks(), protocol::collective::all_reduce, ctx.state, ctx.mirror);
     return;
   }

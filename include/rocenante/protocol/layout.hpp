@@ -4,7 +4,10 @@
 //   data_offset(0)           slot 0  slot_bytes of payload, 16-byte packets
 //   data_offset(1)           slot 1  slot_bytes of payload
 //   ll_offset(0), (1)        LL area of each slot, ll_bytes: one-shot lines with the flag inside (config.hpp)
+//   lamport_offset(0), (1)   Lamport area of each slot, lamport_bytes: one-shot packets that are their own flag
 //
+// A window starts with its flags (flag_unset) and its Lamport areas (empty) all ones and the rest zero
+// (window_layout::ones_ranges).
 // Every transport uses this layout, so a peer's payload for (slot, offset) lands at the same offset in every
 // window (symmetric memory: an RDMA write or a proxy copy needs no address translation beyond the base).
 // All arithmetic is checked: a configuration whose window would overflow 64 bits is refused before any
@@ -32,6 +35,11 @@ struct window_layout {
   std::uint64_t source_stride = 0;   ///< capacity rounded up to a packet: one source's region in one-shot
   std::uint64_t slot_bytes = 0;      ///< payload bytes per slot (the most any enabled algorithm needs)
   std::uint64_t ll_bytes = 0;        ///< LL area per slot (0: none); zero when unused, written only as LL lines
+  /// Lamport area per slot (0: none; algorithm/one_shot.hpp, "Lamport path"): all ones when unused, written only
+  /// as packets in which no element is all ones.
+  std::uint64_t lamport_bytes = 0;
+  /// Largest input of one rank (bytes) that takes the Lamport path (options::lamport_max_bytes; 0 with no area).
+  std::uint64_t lamport_max_bytes = 0;
   /// Proxy-mode layouts (shared staging): calls of at most this many bytes per rank are posted once per call, with a
   /// call trailer after each source's bytes (algorithm/one_shot.hpp, "Posting"); 0: every call posts per part, no
   /// trailer (direct windows always).
@@ -52,8 +60,19 @@ struct window_layout {
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t ll_offset(std::uint32_t slot) const {
     return flags_bytes() + slot_count * slot_bytes + std::uint64_t{slot} * ll_bytes;
   }
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t lamport_offset(std::uint32_t slot) const {
+    return flags_bytes() + slot_count * (slot_bytes + ll_bytes) + std::uint64_t{slot} * lamport_bytes;
+  }
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t total_bytes() const {
-    return flags_bytes() + slot_count * (slot_bytes + ll_bytes);
+    return flags_bytes() + slot_count * (slot_bytes + ll_bytes + lamport_bytes);
+  }
+  /// The two ranges of a new window that start as all ones, {offset, bytes} each: the flags (flag_unset) and the
+  /// Lamport areas (empty); everything else starts zero.
+  struct range_bytes {
+    std::uint64_t offset, bytes;
+  };
+  constexpr range_bytes ones_ranges(int k) const {
+    return k == 0 ? range_bytes{0, flags_bytes()} : range_bytes{lamport_offset(0), slot_count * lamport_bytes};
   }
   /// Bytes after a source's packets for the call trailer (0 where calls are never posted once per call).
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t trailer_bytes() const { return call_post_max_bytes != 0 ? call_trailer_bytes : 0; }

@@ -240,8 +240,9 @@ class cuda_ipc {
                             std::to_string(static_cast<int>(r)) + "); lower capacity_bytes or max_parts");
     self_.map(h, bytes, granularity_, device_);
     auto* base = reinterpret_cast<std::byte*>(self_.ptr);
-    ROCENANTE_CUDA_CHECK(cudaMemset(base, 0xff, layout.flags_bytes()));
-    ROCENANTE_CUDA_CHECK(cudaMemset(base + layout.flags_bytes(), 0, bytes - layout.flags_bytes()));
+    ROCENANTE_CUDA_CHECK(cudaMemset(base, 0, bytes));
+    for (int k = 0; k < 2; ++k)
+      ROCENANTE_CUDA_CHECK(cudaMemset(base + layout.ones_ranges(k).offset, 0xff, layout.ones_ranges(k).bytes));
     ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
     int fd = -1;
     ipc_detail::check(a.export_handle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), "cuMemExportToShareableHandle");

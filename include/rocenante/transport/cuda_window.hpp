@@ -33,8 +33,9 @@ struct device_window {
       throw transport_error("loopback (GPU): cudaMalloc of a " + std::to_string(bytes) + "-byte window failed (" +
                             cudaGetErrorString(e) + "); lower capacity_bytes or max_parts");
     base = static_cast<std::byte*>(p);
-    ROCENANTE_CUDA_CHECK(cudaMemset(base, 0xff, layout.flags_bytes()));
-    ROCENANTE_CUDA_CHECK(cudaMemset(base + layout.flags_bytes(), 0, bytes - layout.flags_bytes()));
+    ROCENANTE_CUDA_CHECK(cudaMemset(base, 0, bytes));
+    for (int k = 0; k < 2; ++k)
+      ROCENANTE_CUDA_CHECK(cudaMemset(base + layout.ones_ranges(k).offset, 0xff, layout.ones_ranges(k).bytes));
     ROCENANTE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   device_window(const device_window&) = delete;

@@ -58,7 +58,14 @@ struct direct_handle {
   ROCENANTE_HOST_DEVICE std::byte* ll_recv_ptr(std::uint32_t slot, std::uint64_t off) {
     return windows_[rank_] + layout_.ll_offset(slot) + off;
   }
-  /// Flag word `index` in peer's window (the LL path keeps it current with a relaxed store; see one_shot.hpp).
+  /// Lamport area of `slot` (layout().lamport_bytes): in peer's window / in this rank's window.
+  ROCENANTE_HOST_DEVICE std::byte* lamport_put_ptr(int peer, std::uint32_t slot, std::uint64_t off) {
+    return windows_[peer] + layout_.lamport_offset(slot) + off;
+  }
+  ROCENANTE_HOST_DEVICE std::byte* lamport_recv_ptr(std::uint32_t slot, std::uint64_t off) {
+    return windows_[rank_] + layout_.lamport_offset(slot) + off;
+  }
+  /// Flag word `index` in peer's window (the LL and Lamport paths keep it current with a relaxed store; see one_shot.hpp).
   ROCENANTE_HOST_DEVICE std::uint64_t* peer_flag(int peer, std::uint64_t index) {
     return reinterpret_cast<std::uint64_t*>(windows_[peer]) + index;
   }
@@ -70,7 +77,8 @@ struct direct_handle {
 };
 static_assert(transport_handle<direct_handle>);
 
-/// Host memory for a window: 4 KiB aligned, flags set to flag_unset, payload zeroed.
+/// Host memory for a window: 4 KiB aligned, flags set to flag_unset (and any Lamport area empty: all ones), payload
+/// zeroed.
 struct host_window {
   std::byte* base = nullptr;
   std::uint64_t bytes = 0;
@@ -79,9 +87,9 @@ struct host_window {
     if (!base)
       throw transport_error("loopback: could not allocate a window of " + std::to_string(bytes) +
                             " bytes; lower capacity_bytes or max_parts");
+    static_assert(protocol::flag_unset == ~std::uint64_t{0}, "unset flags are all ones");
     std::memset(base, 0, bytes);
-    auto* flags = reinterpret_cast<std::uint64_t*>(base);
-    for (std::uint64_t i = 0; i < layout.flag_count(); ++i) flags[i] = protocol::flag_unset;
+    for (int k = 0; k < 2; ++k) std::memset(base + layout.ones_ranges(k).offset, 0xff, layout.ones_ranges(k).bytes);
   }
   host_window(const host_window&) = delete;
   host_window& operator=(const host_window&) = delete;

@@ -239,7 +239,7 @@ struct proxy_memory {
 
   explicit proxy_memory(const protocol::window_layout& layout) {
     window = Mapping::shared(layout.total_bytes());
-    Mapping::fill(window.get(), 0xff, layout.flags_bytes());
+    for (int k = 0; k < 2; ++k) Mapping::fill(window.get() + layout.ones_ranges(k).offset, 0xff, layout.ones_ranges(k).bytes);
     staging = Mapping::shared(layout.total_bytes());
     queues = Mapping::shared(sizeof(post_queue) * layout.max_parts);
     cursors = Mapping::producer_private(sizeof(post_cursor) * layout.max_parts);
