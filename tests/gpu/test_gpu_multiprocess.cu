@@ -322,11 +322,15 @@ int rank_world() {
   graph_buffers g(n);
   options o = gpu::default_options();
   o.capacity_bytes = capacity;  // ROCENANTE_TIMEOUT_MS from the parent sets the bound
+  // ROCENANTE_TEST_LAMPORT_MAX_BYTES: options::lamport_max_bytes (the Lamport path for decode-size one-shot calls)
+  if (const char* e = std::getenv("ROCENANTE_TEST_LAMPORT_MAX_BYTES")) o.lamport_max_bytes = std::strtoull(e, nullptr, 10);
   const auto t0 = std::chrono::steady_clock::now();
   {
     gpu::selected_communicator c(boot, o);
     std::printf("transport=%s\ndecision=%s\nsetup_seconds=%.3f\n", host::to_string(c.transport()),
                 c.selected().summary().c_str(), since(t0));
+    if (auto* ipc = c.get<gpu::selected_communicator::ipc_comm>())  // which kernel a 48 KiB bf16 one-shot call runs
+      std::printf("path_48k=%d\n", static_cast<int>(ipc->path_for<__nv_bfloat16>(24576)));
     auto fail = [&](const char* phase, const std::string& why) {
       std::printf("failed=%s: %s\n", phase, why.c_str());
       return 1;
@@ -702,11 +706,14 @@ std::map<std::string, std::string> world_env(const std::string& transport, const
           {"CUDA_MODULE_LOADING", "EAGER"}};
 }
 
-/// One world of `n` processes over `transport`: every check of the correctness scenario.
-void check_world(const std::string& transport, int n) {
+/// One world of `n` processes over `transport`: every check of the correctness scenario. `lamport`: with
+/// options::lamport_max_bytes = 64 KiB (cuda_ipc: the decode-size one-shot calls take the Lamport path).
+void check_world(const std::string& transport, int n, bool lamport = false) {
   MESSAGE(mps_line());
   // Generous bounds: without MPS a rank's kernel waits for its peers' time slices.
-  const auto rs = run_world("world", n, n, world_env(transport, "60000"), {}, std::chrono::seconds(480));
+  auto env = world_env(transport, "60000");
+  if (lamport) env["ROCENANTE_TEST_LAMPORT_MAX_BYTES"] = "65536";
+  const auto rs = run_world("world", n, n, env, {}, std::chrono::seconds(480));
   INFO(all_output(rs));
   REQUIRE(rs.size() == static_cast<std::size_t>(n));
   MESSAGE("rank 0's start-up decision: " << rs[0].value("decision"));
@@ -730,6 +737,7 @@ void check_world(const std::string& transport, int n) {
       CHECK(rs[r].value(key) == rs[0].value(key));  // byte-identical across processes
     }
     CHECK(rs[r].value("teardown") == "ok");
+    if (lamport) CHECK(rs[r].value("path_48k") == std::to_string(static_cast<int>(kernel::reduce_path::small_lamport)));
   }
 }
 
@@ -900,6 +908,10 @@ TEST_SUITE("gpu.multiprocess") {
   TEST_CASE("cuda_ipc with 4 processes on one GPU: fp32/fp16/bf16 one_shot/two_shot/ring/all-gather exact and byte-identical; "
             "1000 mixed calls; 100 graph replays") {
     check_world("cuda_ipc", 4);
+  }
+  TEST_CASE("cuda_ipc with 4 processes on one GPU and the Lamport path on: the same checks; a 48 KiB call takes the "
+            "Lamport kernel") {
+    check_world("cuda_ipc", 4, true);
   }
   TEST_CASE("socket (proxy path) with 2 processes on one GPU: fp32/fp16/bf16 one_shot/two_shot/ring/all-gather exact and "
             "byte-identical; 1000 mixed calls; 100 graph replays") {
