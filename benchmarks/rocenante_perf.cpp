@@ -119,6 +119,9 @@ void print_help() {
       "                            doorbell, one payload and one flag write per peer and rail), larger ones per part\n"
       "                            (options::call_post_max_bytes; 0: always per part). Proxy rows print a line with\n"
       "                            rank 0's proxy counters per call (doorbells, writes, completions, busy time)\n"
+      "      --lamport-max-bytes N GPU, directly written windows (cuda_loopback, cuda_ipc), 2-8 ranks: one_shot calls\n"
+      "                            up to N bytes per rank (at most 64K) send packets that are their own ready flag\n"
+      "                            (options::lamport_max_bytes; default 0: off)\n"
       "      --nccl, --no-nccl     GPU: run NCCL beside the library (default: wherever it can run, i.e. one rank\n"
       "                            per GPU and libnccl.so.2 loadable; --nccl makes its absence an error)\n"
       "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
@@ -247,7 +250,7 @@ void detect_launch(config& c) {
 
 config parse_args(int argc, char** argv) {
   enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt, opt_nccl, opt_no_nccl, opt_devices,
-         opt_parts, opt_mpi, opt_call_post };
+         opt_parts, opt_mpi, opt_call_post, opt_lamport };
   static const option long_opts[] = {
       {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
@@ -263,6 +266,7 @@ config parse_args(int argc, char** argv) {
       {"no-nccl", no_argument, nullptr, opt_no_nccl},   {"devices", required_argument, nullptr, opt_devices},
       {"max-parts", required_argument, nullptr, opt_parts}, {"mpi", no_argument, nullptr, opt_mpi},
       {"call-post-max-bytes", required_argument, nullptr, opt_call_post},
+      {"lamport-max-bytes", required_argument, nullptr, opt_lamport},
       {nullptr, 0, nullptr, 0}};
   config c;
   int ch;
@@ -300,6 +304,7 @@ config parse_args(int argc, char** argv) {
       case opt_devices: c.devices = static_cast<int>(parse_int(optarg, "devices", 1, max_ranks)); break;
       case opt_parts: c.max_parts = static_cast<int>(parse_int(optarg, "max-parts", 1, 1024)); break;
       case opt_call_post: c.call_post_max_bytes = static_cast<long long>(parse_size(optarg)); break;
+      case opt_lamport: c.lamport_max_bytes = static_cast<long long>(parse_size(optarg)); break;
       case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); c.ranks_given = true; break;
       case opt_mpi: c.launch = launch_kind::mpirun; c.launch_why = "--mpi"; break;
       case opt_collective:
@@ -503,6 +508,9 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
   std::fprintf(f, "  \"call_post_max_bytes\": %llu,\n",
                static_cast<unsigned long long>(cfg.call_post_max_bytes >= 0 ? static_cast<std::uint64_t>(cfg.call_post_max_bytes)
                                                                             : options{}.call_post_max_bytes));
+  std::fprintf(f, "  \"lamport_max_bytes\": %llu,\n",
+               static_cast<unsigned long long>(cfg.lamport_max_bytes >= 0 ? static_cast<std::uint64_t>(cfg.lamport_max_bytes)
+                                                                          : options{}.lamport_max_bytes));
   std::fprintf(f, "  \"check\": %s,\n  \"capacity_bytes\": %llu,\n  \"time\": %s,\n", cfg.check ? "true" : "false",
                static_cast<unsigned long long>(capacity_for(cfg)),
                json_string(on_host ? "per iteration: the slowest rank's steady_clock time of one call, after a "

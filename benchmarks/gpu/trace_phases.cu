@@ -119,9 +119,11 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   o.capacity_bytes = std::max(bytes, capacity);
   o.max_parts = max_parts;
   // ROCENANTE_BENCH_MIN_PART: input bytes per CTA below which the call is not split further (as in bench_gpu.cu);
-  // ROCENANTE_BENCH_CALL_POST_MAX_BYTES: options::call_post_max_bytes (proxy mode; 0: every call posted per part)
+  // ROCENANTE_BENCH_CALL_POST_MAX_BYTES: options::call_post_max_bytes (proxy mode; 0: every call posted per part);
+  // ROCENANTE_BENCH_LAMPORT_MAX_BYTES: options::lamport_max_bytes (direct windows: the Lamport path)
   if (const char* e = std::getenv("ROCENANTE_BENCH_MIN_PART")) o.min_part_bytes = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("ROCENANTE_BENCH_CALL_POST_MAX_BYTES")) o.call_post_max_bytes = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("ROCENANTE_BENCH_LAMPORT_MAX_BYTES")) o.lamport_max_bytes = std::strtoull(e, nullptr, 10);
   std::vector<std::unique_ptr<gpu::communicator<Transport>>> comms(n);
   host::spawn_ranks(n, [&](bootstrap::in_process& b) {
     comms[b.rank()] = std::make_unique<gpu::communicator<Transport>>(b, o);

@@ -415,6 +415,7 @@ options gpu_options(const config& cfg) {
   o.timeout_ns = static_cast<std::uint64_t>(cfg.timeout_s * 1e9);
   if (cfg.max_parts > 0) o.max_parts = static_cast<std::uint32_t>(cfg.max_parts);
   if (cfg.call_post_max_bytes >= 0) o.call_post_max_bytes = static_cast<std::uint64_t>(cfg.call_post_max_bytes);
+  if (cfg.lamport_max_bytes >= 0) o.lamport_max_bytes = static_cast<std::uint64_t>(cfg.lamport_max_bytes);
   return o;
 }
 

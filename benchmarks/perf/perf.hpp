@@ -103,6 +103,7 @@ struct config {
   int devices = 0;    // --devices N: ranks round-robin over the first N GPUs (0: min(ranks, visible GPUs))
   int max_parts = 0;  // --max-parts N: CTAs per collective and rank (0: gpu::default_options())
   long long call_post_max_bytes = -1;  // --call-post-max-bytes N: options::call_post_max_bytes (-1: the default)
+  long long lamport_max_bytes = -1;    // --lamport-max-bytes N: options::lamport_max_bytes (-1: the default)
   std::string json_path;
   double timeout_s = 10.0;
   int corrupt_rank = -1;  // --self-test-corrupt R: flip one output bit on rank R before the check (tests the checker)
