@@ -57,7 +57,7 @@
 #   --arch LIST        gpu_archs for meson (default 90a)
 #   --variant NAME=FLAGS  build with extra nvcc flags (e.g. maxreg=-maxrregcount=96) in its own folder
 #   --filter REGEX     benchmark filter (bench; default: the receipt's decode rows). Two names stand for filters:
-#                      `peers`, the library's all-reduce rows (one_shot, two_shot, ring) beside the peer rows
+#                      `peers`, the library's all-reduce rows (one_shot, one_shot_lamport, two_shot, ring) beside the peer rows
 #                      (vLLM's and TensorRT-LLM's published kernels, benchmarks/gpu/peers.cuh) at 2/4/8 ranks,
 #                      8 KiB-1 MiB, bf16, CUDA graph, with the floors (3-4 minutes); `peers-rest`, the same at 4 MiB,
 #                      and eager launches at 4 ranks, 8 KiB-4 MiB. A run with peer rows adds
