@@ -75,8 +75,18 @@ struct graph_world {
       cudaMemset(in[r], 0, bytes);
     }
   }
+  /// Streams and events too: every run builds a world of its own, and CUDA maps every stream of the process onto
+  /// the context's hardware work queues (gpu/topology.hpp, work_queues), so earlier runs' streams are not kept.
   ~graph_world() {
-    for (int r = 0; r < n; ++r) cudaFree(in[r]), cudaFree(out[r]);
+    for (int r = 0; r < n; ++r) {
+      cudaFree(in[r]), cudaFree(out[r]);
+      cudaStreamDestroy(streams[r]);
+      cudaEventDestroy(done[r]);
+    }
+    cudaStreamDestroy(master);
+    cudaEventDestroy(fork);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
   }
   /// launch(r) puts one collective of rank r on streams[r]; false: it failed (the message is printed by it).
   template <class Launch>
@@ -146,11 +156,16 @@ int run(std::size_t bytes, int n, std::uint32_t max_parts, std::size_t capacity,
   std::vector<double> d_clk[7], d_ns[7], gap_ns, whole_ns, start_ns, start_gap_ns;
   int clock_khz = 0;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
-  for (int r = 0; r < n; ++r) {
-    if (!comms[r]->check_health().ok()) {
-      std::printf("rank %d: %s\n", r, comms[r]->check_health().message.c_str());
-      return 1;
+  // Every rank's failure, not only the first: a rank stuck in one call and its peers timing out in the next name
+  // different sequences and words, and only together do they say which rank stopped where.
+  bool healthy = true;
+  for (int r = 0; r < n; ++r)
+    if (const host::health h = comms[r]->check_health(); !h.ok()) {
+      std::printf("rank %d: %s\n", r, h.message.c_str());
+      healthy = false;
     }
+  if (!healthy) return 1;
+  for (int r = 0; r < n; ++r) {
     protocol::rank_state st;
     cudaMemcpy(&st, comms[r]->device_context().state, sizeof st, cudaMemcpyDeviceToHost);
     const std::uint32_t next = st.seq[0];  // sequence of the next collective

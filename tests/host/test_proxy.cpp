@@ -3,8 +3,11 @@
 // Same reference agreement as the loopback suites (two_shot too, which always posts per part), a proxy paused
 // across two doorbells (HAZARDS #1: it must post every pending sequence when it resumes), a dead rank, and mixed
 // back-to-back collectives (fewer than the loopback stress: proxy mode costs ~5 ms a collective when 3 ranks and 3
-// proxy threads share 2 cores).
+// proxy threads share 2 cores); and calls whose parts run at the same time, one thread per part, as a GPU kernel's
+// CTAs do (concurrent_parts_rank): a call posted once at the sequences where finish clears flag words, and thousands
+// of calls posted once, per part and mixed.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -41,6 +44,53 @@ std::vector<transport::proxy_stats> proxy_counts(int n, int calls, const options
   });
   return st;
 }
+
+/// One rank in the GPU executor's shape, on the host: its parts of a call run at the same time, one thread per part,
+/// as the CTAs of one kernel do (the host executor runs parts one after another, and a call posted once in one part).
+/// The code each part runs is the executors' (one_shot::all_reduce over a session of its own); the threads are
+/// joined before the next call, as a kernel ends before the next one on its stream starts.
+struct concurrent_parts_rank {
+  protocol::window_layout layout;
+  transport::loopback_proxy proxy;
+  protocol::rank_state state{};
+  protocol::wait_policy policy{};
+
+  concurrent_parts_rank(bootstrap::in_process& boot, const options& o)
+      : layout(host::make_layout<one_shot, ring, algorithm::two_shot>(boot.size(), o, false, true)),
+        // the proxy yields early: 4 ranks' parts and proxies share 2 cores in CI
+        proxy(bootstrap::bootstrap_ref(boot), layout, o, transport::idle_policy{transport::idle_policy::yield, 64, 50}) {
+    protocol::init_state(state, o.first_sequence);
+    policy = {o.timeout_ns, o.max_polls};
+  }
+
+  /// An all-reduce of `count` floats in `parts` parts. `late`: every part but part 0 starts only once part 0 has
+  /// returned (CTAs of one kernel scheduled one after another). True when every part returned true.
+  bool all_reduce(const float* in, float* out, std::uint64_t count, std::uint32_t parts, bool late = false) {
+    using R = reduce::sum<float>;
+    const std::uint32_t sig = protocol::call_signature(protocol::collective::all_reduce,
+                                                       static_cast<std::uint32_t>(one_shot::id),
+                                                       static_cast<std::uint32_t>(R::dtype_id),
+                                                       static_cast<std::uint32_t>(R::op_id), count);
+    auto handle = proxy.handle();
+    std::vector<char> ok(parts, 0);
+    auto part = [&](std::uint32_t p) {
+      protocol::host_team team;
+      auto h = handle;
+      protocol::session<protocol::host_team, transport::proxy_handle> s(team, h, &state, policy, sig, p);
+      ok[p] = one_shot::all_reduce<R>(s, in, out, count, parts);
+    };
+    std::vector<std::thread> others;
+    if (late) {
+      part(0);
+      for (std::uint32_t p = 1; p < parts; ++p) others.emplace_back(part, p);
+    } else {
+      for (std::uint32_t p = 1; p < parts; ++p) others.emplace_back(part, p);
+      part(0);
+    }
+    for (auto& t : others) t.join();
+    return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
+  }
+};
 }  // namespace
 
 TEST_SUITE("host.proxy") {
@@ -265,6 +315,113 @@ TEST_SUITE("host.proxy") {
       }
       CHECK(total.seconds() < 10.0);  // teardown (proxy threads joined) returned
     }
+  }
+
+  TEST_CASE("a call posted once whose parts run at the same time completes at the sequences where finish clears its "
+            "slot's flags, also when a part starts after another part of its rank has finished") {
+    // Every part of a call posted once waits on the rail words (part 0 of each peer's channel); at a sequence where
+    // session::finish clears the slot's unused flag words (scrub_point: 0, 1, 2^31, 2^31 + 1; 1 is the default first
+    // sequence), part 0 clears them once its own wait is done. Here rank 0's part 1 runs only after its part 0 has
+    // returned, so it finds the cleared word where its peers' flags were.
+    constexpr int n = 3;
+    constexpr std::uint32_t parts = 2;
+    constexpr std::size_t count = 4096;  // 16 KiB: below call_post_max_bytes, posted once
+    for (std::uint32_t first : {1u, 0x80000000u}) {
+      CAPTURE(first);
+      options o = reference_options(true);
+      o.max_parts = parts;
+      o.first_sequence = first;
+      o.timeout_ns = 5'000'000'000ull;
+      std::vector<int> good(n, 0);
+      std::vector<std::string> why(n);
+      stopwatch total;
+      host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+        concurrent_parts_rank rank(boot, o);
+        const int r = boot.rank();
+        std::vector<float> in(count), out(count);
+        for (int call = 0; call < 2; ++call) {
+          for (std::size_t i = 0; i < count; ++i) in[i] = small_int<float>(call, r, i);
+          std::fill(out.begin(), out.end(), -100.0f);
+          if (!rank.all_reduce(in.data(), out.data(), count, parts, r == 0)) {
+            why[r] = "call " + std::to_string(call) + ": " + host::describe_failure(r, rank.state.failure);
+            break;
+          }
+          bool exact = true;
+          for (std::size_t i = 0; i < count && exact; ++i) {
+            float want = 0;
+            for (int q = 0; q < n; ++q) want += small_int<float>(call, q, i);
+            exact = out[i] == want;
+          }
+          if (!exact) {
+            why[r] = "call " + std::to_string(call) + ": an element differs from the exact sum";
+            break;
+          }
+          ++good[r];
+        }
+        boot.barrier();  // no proxy stops while a peer may still wait for its posts
+      });
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        INFO(why[r]);
+        CHECK(good[r] == 2);
+      }
+      CHECK(total.seconds() < 4.0);  // no wait ran into the 5 s bound
+    }
+  }
+
+  TEST_CASE("thousands of back-to-back calls with parts running at the same time, posted once, per part and mixed, "
+            "8-64 KiB, every post queue wrapping, are each exact") {
+    // 4 ranks of 4 parts, one thread per part (concurrent_parts_rank). call_post_max_bytes 0: every call posts per
+    // part (3 descriptors per part and call: each queue wraps every ~21 calls); 1 MiB: every call is posted once by
+    // the part that stages last (one descriptor on that part's queue); 32 KiB: the two designs alternate call by call
+    // on the same queues and flag words. First sequences 1 and 2^32 - 2 put the calls that clear a slot's flags (0,
+    // 1) at the start and in the middle.
+    constexpr int n = 4;
+    constexpr std::uint32_t parts = 4;
+    constexpr int calls = 500;
+    stopwatch total;
+    for (std::uint64_t post_max : {std::uint64_t{0}, std::uint64_t{32} << 10, std::uint64_t{1} << 20})
+      for (std::uint32_t first : {1u, 0xfffffffeu}) {
+        CAPTURE(post_max);
+        CAPTURE(first);
+        options o = reference_options(true);
+        o.max_parts = parts;
+        o.call_post_max_bytes = post_max;
+        o.first_sequence = first;
+        o.timeout_ns = 20'000'000'000ull;
+        std::vector<std::string> err(n);
+        std::vector<transport::proxy_stats> st(n);
+        host::spawn_ranks(n, [&](bootstrap::in_process& boot) {
+          concurrent_parts_rank rank(boot, o);
+          const int r = boot.rank();
+          std::mt19937 gen(7);  // the same sizes on every rank
+          std::vector<float> in(16384), out(16384);
+          for (int call = 0; call < calls && err[r].empty(); ++call) {
+            const std::size_t count = 2048 + gen() % (16384 - 2048 + 1);  // 8-64 KiB
+            for (std::size_t i = 0; i < count; ++i) in[i] = small_int<float>(call, r, i);
+            if (!rank.all_reduce(in.data(), out.data(), count, parts)) {
+              err[r] = "call " + std::to_string(call) + ": " + host::describe_failure(r, rank.state.failure);
+              break;
+            }
+            for (std::size_t i = 0; i < count && err[r].empty(); ++i) {
+              float want = 0;
+              for (int q = 0; q < n; ++q) want += small_int<float>(call, q, i);
+              if (out[i] != want) err[r] = "call " + std::to_string(call) + ": element " + std::to_string(i) + " wrong";
+            }
+          }
+          boot.barrier();
+          st[r] = rank.proxy.stats();
+        });
+        for (int r = 0; r < n; ++r) {
+          CAPTURE(r);
+          INFO(err[r]);
+          CHECK(err[r].empty());
+          if (post_max == 0) CHECK(st[r].calls == 0);
+          if (post_max == (std::uint64_t{1} << 20)) CHECK(st[r].calls == std::uint64_t{calls});
+          if (post_max == (std::uint64_t{32} << 10)) CHECK((st[r].calls > 0 && st[r].calls < std::uint64_t{calls}));
+        }
+      }
+    MESSAGE("6 x " << calls << " calls of 4 ranks x 4 parts: " << total.seconds() << " s");
   }
 
   TEST_CASE("five hundred mixed collectives over the proxy are each exact") {

@@ -147,15 +147,22 @@ class session {
   /// closest to the dead rank expires first and its abort flag — naming the dead rank — reaches everyone else
   /// before their own deadlines.
   ROCENANTE_HOST_DEVICE bool wait_one(int peer, std::uint32_t channel, std::uint32_t hop = 0) {
-    return wait_word(peer, channel, h_.layout().flag_index(slot(), part_, channel), hop, [](std::uint64_t) { return false; });
+    return wait_word(peer, channel, h_.layout().flag_index(slot(), part_, channel), hop,
+                     [](std::uint64_t) { return foreign_word::mismatch; });
   }
 
-  /// wait_one for flag word `index`. `torn(seen)` is asked about a word of this sequence that is neither the awaited
-  /// one nor an abort: true = a write of the awaited word still landing (keep waiting), false = a peer in another
-  /// call (mismatch).
-  template <class Torn>
+  /// What a word of this sequence that is neither the awaited one nor an abort means to a wait (wait_word).
+  enum class foreign_word {
+    landing,   ///< a write of the awaited word still landing: keep waiting
+    mismatch,  ///< a peer in another call
+    arrived,   ///< the awaited word arrived and was cleared since (wait_call: cleared_after_seen)
+  };
+
+  /// wait_one for flag word `index`. `judge(seen)` says what a word of this sequence that is neither the awaited one
+  /// nor an abort means (foreign_word).
+  template <class Judge>
   ROCENANTE_HOST_DEVICE bool wait_word(int peer, std::uint32_t channel, std::uint64_t index, std::uint32_t hop,
-                                       const Torn& torn) {
+                                       const Judge& judge) {
     std::uint64_t* flag = h_.local_flag(index);
     const std::uint64_t expected = flag_value();
     const std::uint64_t start = detail::now_ns();
@@ -164,8 +171,11 @@ class session {
       const std::uint64_t seen = detail::load_acquire(flag, h_.scope());
       if (seen == expected) return true;
       ++polls;
-      if (flag_seq(seen) == seq_ && seen != flag_unset && (is_abort(flag_signature(seen)) || !torn(seen)))
-        return fail_on_foreign_word(peer, channel, expected, seen, detail::now_ns() - start);
+      if (flag_seq(seen) == seq_ && seen != flag_unset) {
+        const foreign_word v = is_abort(flag_signature(seen)) ? foreign_word::mismatch : judge(seen);
+        if (v == foreign_word::arrived) return true;
+        if (v == foreign_word::mismatch) return fail_on_foreign_word(peer, channel, expected, seen, detail::now_ns() - start);
+      }
       if ((polls & 15u) == 0) {
         if (is_poisoned(state_)) return false;
         const std::uint64_t waited = detail::now_ns() - start;
@@ -281,6 +291,14 @@ class session {
   /// word) or a peer in another call (a mismatch). Once it is settled, such a word on another rail can only be a
   /// write still landing. Returns the team-wide verdict; on success every peer's payload is visible to every
   /// team thread.
+  ///
+  /// At a scrub point a rail word may also hold the word this rank's own finish clears it with (scrubbed_word): every
+  /// part waits on the rail words, but their own part clears them as soon as its own wait is done, so a part still
+  /// polling (a CTA scheduled after another had finished, or one whose poll just missed the flag) can find the
+  /// cleared word where the flag was. Taken for a write still landing, it kept that part waiting until the timeout,
+  /// and the rank's peers in its next call with it. Only that finish writes the word, after the clearing part saw
+  /// this call's flag in it, and it clears with release stores: the word means the flag arrived, and what the
+  /// clearing part saw (the flag's payload) is visible to the part that reads it (cleared_after_seen).
   template <class TrailerAt>
   ROCENANTE_HOST_DEVICE bool wait_call(int ranks, int self, bool posted_ok, const TrailerAt& trailer_at) {
     bool ok = posted_ok;
@@ -291,12 +309,15 @@ class session {
       if (q == self) continue;
       const std::uint32_t ch = static_cast<std::uint32_t>(q);
       const std::uint64_t at = trailer_at(q);
-      ok = wait_word(q, ch, l.flag_index(slot(), rails - 1, ch), 0, [&](std::uint64_t) {
+      ok = wait_word(q, ch, l.flag_index(slot(), rails - 1, ch), 0, [&](std::uint64_t seen) {
+        if (cleared_after_seen(seen)) return foreign_word::arrived;
         auto* word = reinterpret_cast<std::uint64_t*>(const_cast<std::byte*>(h_.recv_ptr(slot(), at)));
-        return detail::load_acquire(word, h_.scope()) == expected;
+        return detail::load_acquire(word, h_.scope()) == expected ? foreign_word::landing : foreign_word::mismatch;
       });
       for (std::uint32_t d = 0; ok && d + 1 < rails; ++d)
-        ok = wait_word(q, ch, l.flag_index(slot(), d, ch), 0, [](std::uint64_t) { return true; });
+        ok = wait_word(q, ch, l.flag_index(slot(), d, ch), 0, [&](std::uint64_t seen) {
+          return cleared_after_seen(seen) ? foreign_word::arrived : foreign_word::landing;
+        });
     }
     return settle(ok);
   }
@@ -318,7 +339,8 @@ class session {
   /// in the parts it is responsible for (every channel): a word a call did not use keeps its value, and 2^32 calls
   /// later the same sequence number comes back (flag_seq is 32 bits), so a word from then would be taken for
   /// this call's — a stale flag accepted, or a false mismatch. Clearing every word of each slot once per 2^31
-  /// calls rules it out; docs/design.md ("Sequence wrap") has the argument that nothing live is cleared.
+  /// calls rules it out; docs/design.md ("Sequence wrap") has the argument that nothing live is cleared, and why
+  /// a part of a call posted once may still be polling a rail word another part clears (wait_call).
   ROCENANTE_HOST_DEVICE void finish(std::uint32_t parts) {
     const std::uint32_t limit = h_.layout().max_parts;
     if (scrub_point(seq_)) [[unlikely]]
@@ -424,7 +446,12 @@ class session {
 
   /// Part p clears this slot's flag words of parts p, p + parts, ... (every channel) in this rank's window.
   /// Nothing of an earlier call is still in flight into them, and peers write this slot again only at the next
-  /// call but one, after this rank's next flags (docs/design.md, "Sequence wrap", has the argument).
+  /// call but one, after this rank's next flags (docs/design.md, "Sequence wrap", has the argument). Release stores
+  /// where calls are posted once (shared staging): another part of such a call may read a cleared rail word instead
+  /// of the flag it held, and takes it as that flag (wait_call), so what this part saw before clearing must be
+  /// visible with it. Relaxed for direct windows, which never take a cleared word for a flag: there release stores
+  /// (or one release fence) grew the all-purpose one_shot kernel's stack frame from 64 to 120 bytes
+  /// (tests/gpu/kernel_frames.sh).
   /// Inline (behind [[unlikely]]), not ROCENANTE_COLD: an out-of-line member takes the session's address and with
   /// it the handle's, a kernel parameter, which the compiler then copies to local memory at every kernel's entry
   /// (docs/design.md §1.4, "Cold paths take values"; tests/gpu/kernel_frames.sh).
@@ -432,15 +459,28 @@ class session {
     const auto& l = h_.layout();
     const std::uint64_t per_part = l.channels;
     const std::uint64_t mine = (l.max_parts - part_ + parts - 1) / parts;  // parts p, p + parts, ... below max_parts
-    // This sequence with the unset tag: no call's word, and its low half is a finished sequence, so a flag
-    // written later in two halves (ibverbs) never pairs a new half with a current-looking old one.
-    const std::uint64_t scrubbed = make_flag(seq_, flag_signature(flag_unset));
+    const std::uint64_t scrubbed = scrubbed_word();
     for (std::uint64_t w = static_cast<std::uint64_t>(team_.thread()); w < mine * per_part;
          w += static_cast<std::uint64_t>(team_.size())) {
       const std::uint32_t part = part_ + static_cast<std::uint32_t>(w / per_part) * parts;
       const std::uint32_t channel = static_cast<std::uint32_t>(w % per_part);
-      detail::store_relaxed(h_.local_flag(l.flag_index(slot(), part, channel)), scrubbed);
+      std::uint64_t* word = h_.local_flag(l.flag_index(slot(), part, channel));
+      if constexpr (Handle::shared_staging)  // only they post calls once
+        detail::store_release(word, scrubbed, h_.scope());
+      else
+        detail::store_relaxed(word, scrubbed);
     }
+  }
+
+  /// What scrub writes: this sequence with the unset tag. No call's word, and its low half is a finished sequence,
+  /// so a flag written later in two halves (ibverbs) never pairs a new half with a current-looking old one.
+  ROCENANTE_HOST_DEVICE std::uint64_t scrubbed_word() const { return make_flag(seq_, flag_signature(flag_unset)); }
+
+  /// Whether `seen`, a word of this sequence in a rail word being waited for (wait_call), is the word this rank's
+  /// finish of this call clears it with: at a scrub point only that finish writes it (never flag_unset: no scrub
+  /// point is 0xffffffff), and the part that clears a rail word has waited for this call's flag there first.
+  ROCENANTE_HOST_DEVICE bool cleared_after_seen(std::uint64_t seen) const {
+    return scrub_point(seq_) && seen == scrubbed_word();
   }
 
   /// `relayed`: learned from a peer's abort flag, whose detector is `reporter` (-1: unknown); else this rank
