@@ -52,6 +52,7 @@
 #include "../core/clock.hpp"
 #include "../protocol/flags.hpp"
 #include "../protocol/layout.hpp"
+#include "../reduce/lamport.hpp"
 #include "../reduce/packet.hpp"
 #include "../transport/concepts.hpp"
 #include "concepts.hpp"
@@ -647,46 +648,6 @@ struct one_shot {
     return true;
   }
 
-  /// Lamport packets ("Lamport path"): element words of 4 bytes (fp32) or two of 2 bytes (fp16, bf16).
-  /// The word as sent: an all-ones element (a NaN) becomes the same NaN with its sign bit cleared.
-  template <reduce::reduction R>
-  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE std::uint32_t lamport_word(std::uint32_t w) {
-    if constexpr (sizeof(typename R::value_type) == 4) {
-      return w == 0xffffffffu ? 0x7fffffffu : w;
-    } else {
-      const std::uint32_t lo = (w & 0xffffu) == 0xffffu ? 0x7fffu : (w & 0xffffu);
-      const std::uint32_t hi = (w >> 16) == 0xffffu ? 0x7fff0000u : (w & 0xffff0000u);
-      return hi | lo;
-    }
-  }
-  /// Whether word `w` of a received packet still holds an empty (all-ones) element.
-  template <reduce::reduction R>
-  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE bool lamport_empty(std::uint32_t w) {
-    if constexpr (sizeof(typename R::value_type) == 4)
-      return w == 0xffffffffu;
-    else
-      return (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
-  }
-  template <reduce::reduction R>
-  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE bool lamport_ready(const uint4& v) {
-    return !(lamport_empty<R>(v.x) || lamport_empty<R>(v.y) || lamport_empty<R>(v.z) || lamport_empty<R>(v.w));
-  }
-  /// One packet as four 32-bit accesses: each word is stored and loaded whole (single-copy atomic), so a word a
-  /// poll reads is either all ones or the writer's, and a packet whose four words are not empty is the writer's
-  /// whole packet, whatever order its words landed in.
-  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE void lamport_store(std::byte* p, const uint4& v) {
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-  }
-  ROCENANTE_DEVICE static ROCENANTE_FORCEINLINE uint4 lamport_load(const std::byte* p) {
-    uint4 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p)
-                 : "memory");
-    return v;
-  }
-
   /// One-shot all-reduce in Lamport packets (decode-size messages on GPUs whose ranks store into each other's
   /// windows; "Lamport path" at the top of this file):
   ///
@@ -722,16 +683,16 @@ struct one_shot {
     const std::uint32_t slot = s.slot();
     const std::uint64_t word = s.ll_flag_word();
     uint4 sent = *reinterpret_cast<const uint4*>(&own);
-    sent = make_uint4(lamport_word<R>(sent.x), lamport_word<R>(sent.y), lamport_word<R>(sent.z), lamport_word<R>(sent.w));
+    sent = make_uint4(reduce::lamport::word<R>(sent.x), reduce::lamport::word<R>(sent.y), reduce::lamport::word<R>(sent.z), reduce::lamport::word<R>(sent.w));
     if (mine) {
       if constexpr (transport::fixed_ranks_of<typename Session::handle_type>() > 0) {
         ROCENANTE_UNROLL
         for (int q = 0; q < n; ++q)
-          if (q != r) lamport_store(h.lamport_put_ptr(q, slot, r * stride + i * packet_bytes), sent);
+          if (q != r) reduce::lamport::store(h.lamport_put_ptr(q, slot, r * stride + i * packet_bytes), sent);
       } else {
 #pragma unroll 1
         for (int q = 0; q < n; ++q)
-          if (q != r) lamport_store(h.lamport_put_ptr(q, slot, r * stride + i * packet_bytes), sent);
+          if (q != r) reduce::lamport::store(h.lamport_put_ptr(q, slot, r * stride + i * packet_bytes), sent);
       }
     }
     // This call's flag word into this rank's channel of this part at every peer (as the LL path writes it): the
@@ -771,7 +732,7 @@ struct one_shot {
         if (mine) {
           ROCENANTE_UNROLL
           for (int g = 0; g < group; ++g)
-            v[g] = lamport_load(h.lamport_recv_ptr(slot, (g < n ? g : 0) * stride + i * packet_bytes));
+            v[g] = reduce::lamport::load(h.lamport_recv_ptr(slot, (g < n ? g : 0) * stride + i * packet_bytes));
         }
         std::uint64_t seen = word;
         if (flag_pending) asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(seen) : "l"(my_flag) : "memory");
@@ -779,7 +740,7 @@ struct one_shot {
         ROCENANTE_UNROLL
         for (int g = 0; g < group; ++g)
           if (pending >> g & 1u) {
-            if (lamport_ready<R>(v[g]))
+            if (reduce::lamport::ready<R>(v[g]))
               pending &= ~(1u << g);
             else if (late < 0)
               late = g;
@@ -808,7 +769,7 @@ struct one_shot {
       ROCENANTE_UNROLL
       for (int g = 0; g < group; ++g)
         if (g < n && g != r)
-          lamport_store(h.lamport_recv_ptr(slot, g * stride + i * packet_bytes), make_uint4(~0u, ~0u, ~0u, ~0u));
+          reduce::lamport::store(h.lamport_recv_ptr(slot, g * stride + i * packet_bytes), make_uint4(~0u, ~0u, ~0u, ~0u));
     };
     constexpr int fixed = transport::fixed_ranks_of<typename Session::handle_type>();
     if constexpr (fixed > 0)
