@@ -175,11 +175,13 @@ python_wheels() {
 }
 
 # nccl-tests' source at a fixed tag, without its .git, for tools/gpu/nccl-layer.sh (the GPU machine has no internet).
+# ROCENANTE_NCCL_TESTS_GIT names another clone source (a local mirror) where GitHub cannot be reached.
 nccl_tests_tag=v2.19.6
 nccl_tests() {
   [ -f .deps/nccl-tests/src/common.cu ] && return 0
   rm -rf .deps/nccl-tests
-  git clone -q --depth 1 --branch "$nccl_tests_tag" https://github.com/NVIDIA/nccl-tests.git .deps/nccl-tests ||
+  git clone -q --depth 1 --branch "$nccl_tests_tag" "${ROCENANTE_NCCL_TESTS_GIT:-https://github.com/NVIDIA/nccl-tests.git}" \
+    .deps/nccl-tests ||
     { echo "deps: cloning nccl-tests $nccl_tests_tag failed" >&2; return 1; }
   git -C .deps/nccl-tests rev-parse HEAD >.deps/nccl-tests.commit && rm -rf .deps/nccl-tests/.git
   echo "deps: nccl-tests $nccl_tests_tag ($(cat .deps/nccl-tests.commit)) in .deps/nccl-tests"
