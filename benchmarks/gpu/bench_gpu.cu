@@ -45,12 +45,14 @@ struct world {
   std::vector<void*> in, out;
   std::size_t capacity;
 
-  /// lamport: options::lamport_max_bytes = 64 KiB (the Lamport path's rows, beside the default's in the same run).
-  world(int ranks, std::size_t cap, bool lamport = false)
+  /// mode 1: options::lamport_max_bytes = 64 KiB (the Lamport path's rows, beside the default's in the same run);
+  /// mode 2: options::symmetric_bytes = cap, every rank's input in its symmetric area (the in-place path's rows).
+  world(int ranks, std::size_t cap, int mode = 0)
       : n(ranks), comms(ranks), streams(ranks), done(ranks), in(ranks), out(ranks), capacity(cap) {
     options o = gpu::default_options();
     o.capacity_bytes = cap;
-    if (lamport) o.lamport_max_bytes = 64 * 1024;
+    if (mode == 1) o.lamport_max_bytes = 64 * 1024;
+    if (mode == 2) o.symmetric_bytes = cap;
     o.max_parts = ranks == 8 ? 16 : 32;
     if (std::is_same_v<Transport, transport::cuda_loopback>) {
       // Direct windows: messages above CTAs x max_part_bytes are cut into parts small enough that a rank's staged
@@ -75,9 +77,13 @@ struct world {
     for (int r = 0; r < n; ++r) {
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
       cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming);
-      cudaMalloc(&in[r], cap);
+      if (mode == 2) {
+        in[r] = comms[r]->symmetric_input().data();  // a window's memory: starts zero, freed with the communicator
+      } else {
+        cudaMalloc(&in[r], cap);
+        cudaMemset(in[r], 0, cap);
+      }
       cudaMalloc(&out[r], cap * n);
-      cudaMemset(in[r], 0, cap);
     }
     cudaStreamCreateWithFlags(&master, cudaStreamNonBlocking);
     cudaEventCreate(&start);
@@ -87,13 +93,13 @@ struct world {
 };
 
 template <class Transport>
-world<Transport>& get_world(int n, bool lamport = false) {
-  static std::unique_ptr<world<Transport>> worlds[2][9];
-  const std::size_t cap = lamport ? std::size_t{1} << 20
+world<Transport>& get_world(int n, int mode = 0) {
+  static std::unique_ptr<world<Transport>> worlds[3][9];
+  const std::size_t cap = mode == 1 ? std::size_t{1} << 20 : mode == 2 ? std::size_t{4} << 20
                           : std::is_same_v<Transport, transport::cuda_loopback> ? std::size_t{64} << 20
                                                                                 : std::size_t{4} << 20;
-  auto& w = worlds[lamport ? 1 : 0][n];
-  if (!w) w = std::make_unique<world<Transport>>(n, cap, lamport);
+  auto& w = worlds[mode][n];
+  if (!w) w = std::make_unique<world<Transport>>(n, cap, mode);
   return *w;
 }
 
@@ -152,8 +158,8 @@ void time_launches(benchmark::State& state, W& w, bool graph, Launch&& launch_on
 }
 
 template <class T, class Transport = transport::cuda_loopback>
-void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes, bool graph, bool lamport = false) {
-  auto& w = get_world<Transport>(n, lamport);
+void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes, bool graph, int mode = 0) {
+  auto& w = get_world<Transport>(n, mode);
   transport::proxy_stats before{};
   if constexpr (!std::is_same_v<Transport, transport::cuda_loopback>) before = w.comms[0]->transport().stats();
   const std::size_t count = bytes / sizeof(T);
@@ -184,7 +190,12 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
     const auto sp = w.comms[0]->template split_for<T>(count);
     state.counters["ctas"] = sp.ctas;
     state.counters["parts"] = sp.parts;
-    if (c == coll::all_reduce_one_shot) state.counters["path"] = int(w.comms[0]->template path_for<T>(count));
+    if (c == coll::all_reduce_one_shot) {
+      const bool inplace = algorithm::one_shot::inplace_offset<reduce::sum<T>>(w.comms[0]->device_context().handle,
+                                                                              static_cast<const T*>(w.in[0]), static_cast<T*>(w.out[0]),
+                                                                              count) != algorithm::one_shot::no_inplace;
+      state.counters["path"] = inplace ? int(kernel::reduce_path::inplace) : int(w.comms[0]->template path_for<T>(count));
+    }
   }
   if constexpr (!std::is_same_v<Transport, transport::cuda_loopback>) {
     // Where proxy-mode time goes, rank 0's proxy: time inside post (copy + flag) per collective.
@@ -377,7 +388,14 @@ void register_type(const char* tname, const std::vector<std::size_t>& sizes, con
         if (bytes <= 64 * 1024 && n <= lamport_max_ranks) {
           const std::string name = "all_reduce/one_shot_lamport/loopback" + suffix;
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-            bench_collective<T>(s, n, coll::all_reduce_one_shot, bytes, graph, true);
+            bench_collective<T>(s, n, coll::all_reduce_one_shot, bytes, graph, 1);
+          })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+        }
+        // one_shot with every rank's input in its symmetric area (options::symmetric_bytes): the in-place path
+        if (bytes <= (std::size_t{4} << 20)) {
+          const std::string name = "all_reduce/one_shot_inplace/loopback" + suffix;
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+            bench_collective<T>(s, n, coll::all_reduce_one_shot, bytes, graph, 2);
           })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }
         if (with_gather && bytes * n <= (std::size_t{64} << 20) * n) {

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -1238,6 +1239,105 @@ TEST_SUITE("gpu.protocol") {
     REQUIRE(takes_lamport_path(16384, 2));
     REQUIRE_FALSE(takes_lamport_path(16385, 2));
     different_counts(16384, 16385, lamport_on);
+  }
+
+  TEST_CASE_TEMPLATE("in-place path: an input in the symmetric area, read where it lies, gives the staged path's bytes on "
+                     "every rank, eagerly and in 20 graph replays; a rank that never calls is reported, bounded", T, float,
+                     __half, __nv_bfloat16) {
+    for (int n : {2, 4, 8}) {
+      for (std::size_t bytes : {std::size_t{16}, std::size_t{49152}, std::size_t{262144} + 32, std::size_t{4} << 20}) {
+        const std::size_t count = bytes / sizeof(T);
+        CAPTURE(n);
+        CAPTURE(bytes);
+        options o = gpu::default_options();
+        o.capacity_bytes = std::size_t{4} << 20;
+        o.symmetric_bytes = (std::size_t{4} << 20) + 4096;
+        o.timeout_ns = 5'000'000'000ull;
+        const std::size_t off = n == 4 ? 4096 : 0;
+        std::vector<std::vector<T>> in(n);
+        for (int r = 0; r < n; ++r) in[r] = make_input<T>(count, r, 900 + n);
+        const std::vector<T> want = reference<T>(algorithm::algo::one_shot, false, in);
+        std::vector<std::vector<T>> eager(n), replayed(n), staged(n);
+        std::vector<std::size_t> area(n, 0);
+        gtest::rank_errors errs;
+        host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+          const int r = b.rank();
+          gpu::communicator<transport::cuda_loopback> comm(b, o);
+          gpu_rank gr;
+          const std::span<std::byte> sym = comm.symmetric_input();
+          area[r] = sym.size();
+          T* sin = reinterpret_cast<T*>(sym.data() + off);
+          dev_buf<T> din(count), dout(count), dstaged(count);
+          CUDA_REQUIRE(cudaMemcpy(din.p, in[r].data(), count * sizeof(T), cudaMemcpyHostToDevice));
+          CUDA_REQUIRE(cudaMemcpy(sin, in[r].data(), count * sizeof(T), cudaMemcpyHostToDevice));
+          b.barrier();
+          status st = comm.all_reduce(din.p, dstaged.p, count, gr.stream);
+          if (st == status::ok) st = comm.all_reduce(static_cast<const T*>(sin), dout.p, count, gr.stream);
+          staged[r].resize(count);
+          eager[r].resize(count);
+          CUDA_REQUIRE(cudaMemcpyAsync(staged[r].data(), dstaged.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream));
+          CUDA_REQUIRE(cudaMemcpyAsync(eager[r].data(), dout.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream));
+          errs.finish(r, comm, gr.stream, st, "eager");
+          // a graph holding the in-place call, replayed with the input rewritten in place before each replay
+          cudaGraph_t graph = nullptr;
+          cudaGraphExec_t exec = nullptr;
+          CUDA_REQUIRE(cudaStreamBeginCapture(gr.stream, cudaStreamCaptureModeThreadLocal));
+          status gst = comm.all_reduce(static_cast<const T*>(sin), dout.p, count, gr.stream);
+          CUDA_REQUIRE(cudaStreamEndCapture(gr.stream, &graph));
+          CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+          replayed[r].resize(count);
+          for (int k = 0; k < 20; ++k) {
+            CUDA_REQUIRE(cudaMemsetAsync(dout.p, 0xff, count * sizeof(T), gr.stream));
+            CUDA_REQUIRE(cudaMemcpyAsync(sin, din.p, count * sizeof(T), cudaMemcpyDeviceToDevice, gr.stream));
+            b.barrier();  // replay k on every rank before k + 1 anywhere (ranks sharing one GPU)
+            CUDA_REQUIRE(cudaGraphLaunch(exec, gr.stream));
+            CUDA_REQUIRE(cudaStreamSynchronize(gr.stream));
+          }
+          CUDA_REQUIRE(cudaMemcpyAsync(replayed[r].data(), dout.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream));
+          errs.finish(r, comm, gr.stream, gst, "graph");
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+          b.barrier();
+        });
+        errs.report();
+        for (int r = 0; r < n; ++r) {
+          CAPTURE(r);
+          CHECK(area[r] == o.symmetric_bytes);
+          CHECK(std::memcmp(staged[r].data(), want.data(), count * sizeof(T)) == 0);
+          CHECK(std::memcmp(eager[r].data(), want.data(), count * sizeof(T)) == 0);
+          CHECK(std::memcmp(replayed[r].data(), want.data(), count * sizeof(T)) == 0);
+        }
+      }
+    }
+    // A rank that never calls: every other rank's in-place call fails within its timeout, its output all NaN.
+    constexpr int n = 4;
+    constexpr std::size_t count = 65536;
+    options o = gpu::default_options();
+    o.symmetric_bytes = count * sizeof(T);
+    o.timeout_ns = 300'000'000ull;
+    std::vector<int> failed(n, 0), nan_out(n, 0);
+    host::spawn_ranks(n, [&](bootstrap::in_process& b) {
+      const int r = b.rank();
+      gpu::communicator<transport::cuda_loopback> comm(b, o);
+      gpu_rank gr;
+      dev_buf<T> dout(count);
+      std::vector<T> h(count);
+      b.barrier();
+      if (r != 1) {
+        (void)comm.all_reduce(reinterpret_cast<const T*>(comm.symmetric_input().data()), dout.p, count, gr.stream);
+        CUDA_REQUIRE(cudaMemcpyAsync(h.data(), dout.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream));
+        CUDA_REQUIRE(cudaStreamSynchronize(gr.stream));
+        failed[r] = !comm.check_health().ok();
+        nan_out[r] = std::all_of(h.begin(), h.end(), [](T v) { return std::isnan(rtest::to_float(v)); });
+      }
+      b.barrier();
+    });
+    for (int r = 0; r < n; ++r) {
+      if (r == 1) continue;
+      CAPTURE(r);
+      CHECK(failed[r] == 1);
+      CHECK(nan_out[r] == 1);
+    }
   }
 
   TEST_CASE("a configuration that could deadlock by exceeding co-residency is refused at set-up") {

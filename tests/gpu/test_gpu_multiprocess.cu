@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -306,6 +307,44 @@ std::string graph_replay(gpu::selected_communicator& c, graph_buffers& g, cudaSt
   return why;
 }
 
+/// In-place path over cuda_ipc (options::symmetric_bytes): for fp32 and bf16 at 16 B, 48 KiB and 1 MiB + 32 B, this
+/// rank's input summed once from an ordinary buffer (staged) and once from its symmetric area (read in place by
+/// every peer): the two results must be the same bytes. Counts the in-place calls; folds their outputs into `hash`.
+template <class T, class Comm>
+std::string inplace_check(Comm& c, rank_buffers& b, int& calls, std::uint64_t& hash) {
+  const std::span<std::byte> sym = c.symmetric_input();
+  if (sym.empty()) return "no symmetric input area";
+  void* dstaged = nullptr;
+  if (cudaMalloc(&dstaged, b.capacity) != cudaSuccess) return "cudaMalloc failed";
+  std::vector<std::byte> staged(b.capacity);
+  std::string why;
+  for (std::size_t bytes : {std::size_t{16}, std::size_t{49152}, (std::size_t{1} << 20) + 32}) {
+    const std::size_t count = bytes / sizeof(T);
+    T* hin = static_cast<T*>(b.hin);
+    for (std::size_t i = 0; i < count; ++i) hin[i] = T(float(int((i * 7 + std::size_t(c.rank()) * 13) % 29) - 14));
+    cudaMemcpyAsync(b.din, hin, bytes, cudaMemcpyHostToDevice, b.stream);
+    cudaMemcpyAsync(sym.data(), hin, bytes, cudaMemcpyHostToDevice, b.stream);
+    status st = c.all_reduce(static_cast<const T*>(b.din), static_cast<T*>(dstaged), count, b.stream, algorithm::one_shot{});
+    if (st == status::ok)
+      st = c.all_reduce(reinterpret_cast<const T*>(sym.data()), static_cast<T*>(b.dout), count, b.stream, algorithm::one_shot{});
+    cudaMemcpyAsync(staged.data(), dstaged, bytes, cudaMemcpyDeviceToHost, b.stream);
+    cudaMemcpyAsync(b.hout, b.dout, bytes, cudaMemcpyDeviceToHost, b.stream);
+    const cudaError_t e = cudaStreamSynchronize(b.stream);
+    if (st != status::ok || e != cudaSuccess) {
+      why = std::string("status ") + to_string(st) + ", cuda " + cudaGetErrorString(e) + " at " + std::to_string(bytes) + " bytes";
+      break;
+    }
+    if (std::memcmp(b.hout, staged.data(), bytes) != 0) {
+      why = "in-place bytes differ from the staged path's at " + std::to_string(bytes) + " bytes";
+      break;
+    }
+    ++calls;
+    hash = fnv(b.hout, bytes, hash);
+  }
+  cudaFree(dstaged);
+  return why;
+}
+
 /// The rank's GPU: device 0 (the acceptance runs every rank on the one GPU).
 void use_gpu() {
   if (cudaError_t e = cudaSetDevice(0); e != cudaSuccess)
@@ -324,6 +363,8 @@ int rank_world() {
   o.capacity_bytes = capacity;  // ROCENANTE_TIMEOUT_MS from the parent sets the bound
   // ROCENANTE_TEST_LAMPORT_MAX_BYTES: options::lamport_max_bytes (the Lamport path for decode-size one-shot calls)
   if (const char* e = std::getenv("ROCENANTE_TEST_LAMPORT_MAX_BYTES")) o.lamport_max_bytes = std::strtoull(e, nullptr, 10);
+  // ROCENANTE_TEST_SYMMETRIC_BYTES: options::symmetric_bytes (cuda_ipc: the in-place path's check, inplace_check)
+  if (const char* e = std::getenv("ROCENANTE_TEST_SYMMETRIC_BYTES")) o.symmetric_bytes = std::strtoull(e, nullptr, 10);
   const auto t0 = std::chrono::steady_clock::now();
   {
     gpu::selected_communicator c(boot, o);
@@ -353,6 +394,15 @@ int rank_world() {
       if (std::string w = graph_replay(c, g, b.stream, 100, pdl, h); !w.empty()) return fail(pdl ? "graph_pdl" : "graph", w);
       std::printf("%s_replays=100\n%s_hash=%016llx\n%s_seconds=%.3f\n", pdl ? "graph_pdl" : "graph", pdl ? "graph_pdl" : "graph",
                   static_cast<unsigned long long>(h), pdl ? "graph_pdl" : "graph", since(t));
+    }
+    if (o.symmetric_bytes != 0) {
+      auto* ipc = c.get<gpu::selected_communicator::ipc_comm>();
+      if (!ipc) return fail("inplace", "the world is not on cuda_ipc");
+      int ip_calls = 0;
+      h = 1469598103934665603ull;
+      if (std::string w = inplace_check<float>(*ipc, b, ip_calls, h); !w.empty()) return fail("inplace", w);
+      if (std::string w = inplace_check<__nv_bfloat16>(*ipc, b, ip_calls, h); !w.empty()) return fail("inplace", w);
+      std::printf("inplace_calls=%d\ninplace_hash=%016llx\n", ip_calls, static_cast<unsigned long long>(h));
     }
     if (const host::health hh = c.check_health(); !hh.ok()) return fail("health", hh.message);
   }
@@ -713,6 +763,7 @@ void check_world(const std::string& transport, int n, bool lamport = false) {
   // Generous bounds: without MPS a rank's kernel waits for its peers' time slices.
   auto env = world_env(transport, "60000");
   if (lamport) env["ROCENANTE_TEST_LAMPORT_MAX_BYTES"] = "65536";
+  if (lamport) env["ROCENANTE_TEST_SYMMETRIC_BYTES"] = std::to_string((std::size_t{1} << 20) + 4096);  // and the in-place check
   const auto rs = run_world("world", n, n, env, {}, std::chrono::seconds(480));
   INFO(all_output(rs));
   REQUIRE(rs.size() == static_cast<std::size_t>(n));
@@ -738,6 +789,10 @@ void check_world(const std::string& transport, int n, bool lamport = false) {
     }
     CHECK(rs[r].value("teardown") == "ok");
     if (lamport) CHECK(rs[r].value("path_48k") == std::to_string(static_cast<int>(kernel::reduce_path::small_lamport)));
+    if (lamport) {
+      CHECK(rs[r].value("inplace_calls") == "6");  // fp32 and bf16 x 3 sizes, each equal to the staged path's bytes
+      CHECK(rs[r].value("inplace_hash") == rs[0].value("inplace_hash"));
+    }
   }
 }
 
@@ -910,7 +965,7 @@ TEST_SUITE("gpu.multiprocess") {
     check_world("cuda_ipc", 4);
   }
   TEST_CASE("cuda_ipc with 4 processes on one GPU and the Lamport path on: the same checks; a 48 KiB call takes the "
-            "Lamport kernel") {
+            "Lamport kernel; inputs in the symmetric area are read in place with the staged path's bytes") {
     check_world("cuda_ipc", 4, true);
   }
   TEST_CASE("socket (proxy path) with 2 processes on one GPU: fp32/fp16/bf16 one_shot/two_shot/ring/all-gather exact and "

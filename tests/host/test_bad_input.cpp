@@ -619,6 +619,7 @@ TEST_SUITE("host.config") {
         {"max_ctas", 1, [](options& o) { o.max_ctas = 1; }},
         {"max_part_bytes", 0, [](options& o) { o.max_part_bytes = 1 << 16; }},
         {"lamport_max_bytes", 2, [](options& o) { o.lamport_max_bytes = 8192; }},
+        {"symmetric_bytes", 1, [](options& o) { o.symmetric_bytes = 4096; }},
     };
     for (const skew& s : skews) {
       CAPTURE(s.field);

@@ -389,6 +389,33 @@ TEST_SUITE("host.schedule") {
           }
   }
 
+  TEST_CASE("make_layout: a symmetric input area only for directly read windows of 2 ranks or more, last, 4 KiB "
+            "aligned, with the 2n flag channels of its start and end") {
+    for (int n : {1, 2, 3, 8})
+      for (bool posted : {false, true})
+        for (std::uint64_t sym : {0ull, 1000ull, 65536ull}) {
+          CAPTURE(n);
+          CAPTURE(posted);
+          CAPTURE(sym);
+          options o;
+          o.capacity_bytes = 4096;
+          o.lamport_max_bytes = 4096;
+          o.symmetric_bytes = sym;
+          const protocol::window_layout l = host::make_layout<one_shot>(n, o, true, posted);
+          const bool has = !posted && n >= 2 && sym != 0;
+          CHECK((l.input_bytes != 0) == has);
+          CHECK(l.total_bytes() == l.input_offset() + l.input_bytes);
+          CHECK(l.input_offset() >= l.lamport_offset(1) + l.lamport_bytes);  // after every other region
+          if (!has) continue;
+          CHECK(l.input_bytes == protocol::align_up(sym, 4096));
+          CHECK(l.input_offset() % 4096 == 0);
+          CHECK(l.channels >= 2u * std::uint32_t(n));
+        }
+    options huge;
+    huge.symmetric_bytes = (std::uint64_t{1} << 40) + 1;
+    CHECK_THROWS_AS((void)host::make_layout<one_shot>(2, huge), config_error);
+  }
+
   TEST_CASE("make_layout refuses out-of-range values and a window whose size would overflow") {
     auto refused = [](int n, options o) {
       try {

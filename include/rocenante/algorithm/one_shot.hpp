@@ -43,6 +43,17 @@
 // word (protocol::ll_word_signature) into every peer's channel `rank`, relaxed, and a reader accepts a source's
 // packets only once that word is this call's — a peer in another call (another count lays its packets out
 // elsewhere) is a mismatch, never a wrong sum.
+//
+// In-place path (directly read windows: loopback, cuda_loopback, cuda_ipc; options::symmetric_bytes). A rank whose
+// input lies in its window's symmetric input area, at the same offset on every rank, and whose output lies
+// elsewhere is summed without staging: each part tells every peer that its input is in place (flag channel `rank`
+// at the peer), waits for the same word from every peer, reads every rank's input where it lies (rank order, fp32,
+// rounded once: the bytes of the staged path), stores its result, and then tells every peer it has finished
+// reading (channel n + rank) and waits for every peer's word — only then may a peer's caller overwrite its input.
+// (n + 1) x S bytes per rank instead of (2n + 1) x S. The call carries its own algorithm id and its offset in its
+// signature, so a rank staging and a rank reading in place, or two ranks at different offsets, fail the call with
+// status::mismatch instead of reading the wrong bytes. An output inside the input (in == out) takes the staged path:
+// a rank's result would overwrite an input its peers may still be reading.
 #pragma once
 
 #include <cstdint>
@@ -490,6 +501,129 @@ struct one_shot {
     if constexpr (has_ll<Handle>)
       if (uses_ll<R>(l, n, count, parts, team_size)) return small_protocol::ll;
     return small_protocol::packets;
+  }
+
+  /// In-place path ("In-place path" above): the algorithm id its calls carry in their signature.
+  static constexpr algo inplace_id = static_cast<algo>(6);
+  /// What inplace_offset answers for a call the in-place path does not serve.
+  static constexpr std::uint64_t no_inplace = ~std::uint64_t{0};
+
+  /// Whether handles of type Handle let a rank read its peers' symmetric input areas in place.
+  template <class Handle>
+  static constexpr bool has_inplace = !Handle::shared_staging && requires(const Handle& hh) {
+    { hh.input_ptr(0, std::uint64_t{0}) } -> std::same_as<const std::byte*>;
+  };
+
+  /// The offset of `in` in this rank's symmetric input area when an all-reduce of `count` elements from `in` into
+  /// `out` takes the in-place path, else no_inplace: a handle that can read in place, an area, a 16-byte aligned
+  /// offset, the input's whole packets inside the area, and an output that does not overlap the input. Judged on
+  /// each rank from its own pointers; ranks that judge differently fail the call with status::mismatch (the
+  /// signature, inplace_signature, differs).
+  template <reduce::reduction R, class Handle>
+  static std::uint64_t inplace_offset(const Handle& h, const typename R::value_type* in, const typename R::value_type* out,
+                                      std::uint64_t count) {
+    if constexpr (!has_inplace<Handle>) {
+      return no_inplace;
+    } else {
+      const std::uint64_t area = h.layout().input_bytes;
+      if (area == 0 || count == 0 || h.ranks() < 2) return no_inplace;
+      const auto base = reinterpret_cast<std::uintptr_t>(h.input_ptr(h.rank(), 0));
+      const auto at = reinterpret_cast<std::uintptr_t>(in);
+      const std::uint64_t bytes = count * sizeof(typename R::value_type);
+      const std::uint64_t span = protocol::ceil_div(count, reduce::lanes<R>) * packet_bytes;
+      if (at < base || at - base > area || span > area - (at - base) || (at - base) % packet_bytes != 0) return no_inplace;
+      const auto o = reinterpret_cast<std::uintptr_t>(out);
+      if (o < at + bytes && at < o + bytes) return no_inplace;  // in == out, or overlapping: staged
+      return at - base;
+    }
+  }
+
+  /// The signature of an in-place call: its own algorithm id, and the offset mixed into the count's bits (two
+  /// ranks at different offsets differ unless their offsets differ by a multiple of 2^21 packets and the mix of
+  /// the upper bits collides: probability 2^-21).
+  ROCENANTE_HOST_DEVICE static constexpr std::uint32_t inplace_signature(std::uint32_t dtype_id, std::uint32_t op_id,
+                                                                         std::uint64_t count, std::uint64_t off) {
+    return protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(inplace_id), dtype_id,
+                                    op_id, count ^ (off / packet_bytes * 0x9e3779b97f4a7c15ull));
+  }
+
+  /// All-reduce part `s.part()` of `parts` on the in-place path ("In-place path"): every rank's input at offset `off`
+  /// of its symmetric input area (inplace_offset), read where it lies. The session must carry inplace_signature.
+  /// Same result bytes as all_reduce, on every rank.
+  template <reduce::reduction R, class Session, class Epilogue = no_epilogue>
+  ROCENANTE_HOST_DEVICE static bool all_reduce_inplace(Session& s, typename R::value_type* out, std::uint64_t count,
+                                                       std::uint32_t parts, std::uint64_t off, const Epilogue& epi = {}) {
+    using handle_t = typename Session::handle_type;
+    if constexpr (!has_inplace<handle_t>) {
+      return false;
+    } else {
+      using T = typename R::value_type;
+      auto& team = s.team();
+      auto& h = s.handle();
+      const int n = h.ranks(), r = h.rank();
+      const range pr = split(protocol::ceil_div(count, reduce::lanes<R>), parts, s.part());
+      if (!s.enter()) return false;
+      // Start: this rank's input is in place (its writers came before this call in stream or program order).
+      for (int q = team.thread(); q < n; q += team.size())
+        if (q != r) (void)s.signal(q, static_cast<std::uint32_t>(r), 0, 0);
+      if (!s.wait_peers(n, r, [](int q) { return static_cast<std::uint32_t>(q); })) return false;
+      s.trace(4);
+      const std::uint64_t step = static_cast<std::uint64_t>(team.size());
+      for (std::uint64_t i = pr.begin + team.thread(); i < pr.end; i += step) {
+        reduce::accum_packet<R> acc{};
+#if ROCENANTE_DEVICE_PASS
+        if ((i + 1) * reduce::lanes<R> <= count) {
+          // Whole packet: every source's load issued before the first use (one memory latency per group).
+          auto sum_groups = [&](auto group_size) {
+            constexpr int group = decltype(group_size)::value;
+            ROCENANTE_UNROLL
+            for (int q0 = 0; q0 < max_ranks; q0 += group) {
+              if (q0 >= n) break;
+              uint4 raw[group];
+              ROCENANTE_UNROLL
+              for (int g = 0; g < group; ++g)
+                raw[g] = reduce::load_raw_issue(h.input_ptr(q0 + g < n ? q0 + g : r, off + i * packet_bytes));
+              ROCENANTE_UNROLL
+              for (int g = 0; g < group; ++g) {
+                const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&raw[g]);
+                if (q0 + g == 0) {
+                  acc = reduce::widen<R>(x);
+                } else {
+                  reduce::accum_packet<R> t = acc;
+                  reduce::accumulate<R>(t, x);
+                  if (q0 + g < n) acc = t;
+                }
+              }
+            }
+          };
+          constexpr int fixed = transport::fixed_ranks_of<handle_t>();
+          if constexpr (fixed > 0)
+            sum_groups(std::integral_constant<int, fixed>{});
+          else if (n <= 4)
+            sum_groups(std::integral_constant<int, 4>{});
+          else
+            sum_groups(std::integral_constant<int, max_ranks>{});
+          store_result<R>(out, i, count, acc, epi);
+          continue;
+        }
+#endif
+        for (int q = 0; q < n; ++q) {
+          const reduce::value_packet<R> x = reduce::load_user<R>(reinterpret_cast<const T*>(h.input_ptr(q, off)), i, count);
+          if (q == 0)
+            acc = reduce::widen<R>(x);
+          else
+            reduce::accumulate<R>(acc, x);
+        }
+        store_result<R>(out, i, count, acc, epi);
+      }
+      // End: every thread of this part has read what it needed of every input.
+      team.sync();
+      for (int q = team.thread(); q < n; q += team.size())
+        if (q != r) (void)s.signal(q, static_cast<std::uint32_t>(n + r), 0, 0);
+      if (!s.wait_peers(n, r, [n](int q) { return static_cast<std::uint32_t>(n + q); })) return false;
+      s.finish(parts);
+      return true;
+    }
   }
 
  private:

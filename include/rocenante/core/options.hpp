@@ -33,6 +33,13 @@ struct options {
   /// no barrier between staging and polling. Costs an area of 2 x ranks x this (rounded) bytes per window.
   /// 0: off (every call takes the packet or LL path). Every rank must pass the same value.
   std::uint64_t lamport_max_bytes = 0;
+  /// Directly read windows (loopback, cuda_loopback, cuda_ipc): bytes of each rank's window set aside as its
+  /// symmetric input area (rounded up to 4 KiB; communicator::symmetric_input()). A one-shot all-reduce whose input
+  /// lies there, at the same offset on every rank, and whose output lies elsewhere is summed by reading the peers'
+  /// inputs where they are (algorithm/one_shot.hpp, "In-place path"): no staging copy, (n + 1) x S bytes moved per
+  /// rank instead of (2n + 1) x S. Proxy-mode transports have no such area (symmetric_input() is empty there).
+  /// 0: none. Every rank must pass the same value.
+  std::uint64_t symmetric_bytes = 0;
   /// Bound on every wait for a peer, in nanoseconds (0: none — not recommended).
   std::uint64_t timeout_ns = 10'000'000'000ull;
   /// Bound on the number of polls of one wait (0: none). The first of the two bounds to run out ends the wait.

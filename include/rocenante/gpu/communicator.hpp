@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -172,6 +173,17 @@ class communicator {
     }
     return sp.parts > sp.ctas ? kernel::reduce_path::bulk_discard : kernel::reduce_path::bulk;
   }
+  /// This rank's symmetric input area (options::symmetric_bytes; empty where the transport has none — proxy mode): device
+  /// memory of this rank's window. An all-reduce (one_shot) whose input lies here, at the same offset on every rank,
+  /// 16-byte aligned, with its output elsewhere, reads the peers' inputs in place (algorithm/one_shot.hpp,
+  /// "In-place path"); the caller writes its input here (its own kernels or a copy) before the call, in stream order.
+  std::span<std::byte> symmetric_input() const {
+    if constexpr (algorithm::one_shot::has_inplace<handle_type>) {
+      if (layout_.input_bytes != 0)
+        return {const_cast<std::byte*>(ctx_.handle.input_ptr(ctx_.handle.rank(), 0)), static_cast<std::size_t>(layout_.input_bytes)};
+    }
+    return {};
+  }
   /// Most CTAs per collective kernel of this rank (options::max_ctas, 0 meaning max_parts).
   std::uint32_t max_ctas() const { return opts_.max_ctas != 0 ? opts_.max_ctas : opts_.max_parts; }
 
@@ -185,8 +197,11 @@ class communicator {
     static_assert(std::is_trivially_copyable_v<Epilogue>, "an epilogue is passed to the kernel by value");
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream, algorithm::poison_of(out, count)); s != status::ok)
       return s;
-    return launch_variant<A, R, Epilogue>(kernel::variant_index(path_for<T, A>(count), size()), in, out, count, stream,
-                                          epi, std::make_integer_sequence<int, kernel::variant_count>{});
+    // An input in the symmetric area, its output elsewhere: read in place (one_shot, "In-place path").
+    const bool inplace = std::is_same_v<A, algorithm::one_shot> &&
+                         algorithm::one_shot::inplace_offset<R>(ctx_.handle, in, out, count) != algorithm::one_shot::no_inplace;
+    return launch_variant<A, R, Epilogue>(kernel::variant_index(inplace ? kernel::reduce_path::inplace : path_for<T, A>(count), size()),
+                                          in, out, count, stream, epi, std::make_integer_sequence<int, kernel::variant_count>{});
   }
 
   template <algorithm::algorithm A = algorithm::one_shot, class T>
@@ -250,7 +265,8 @@ class communicator {
   static constexpr bool has_variant = (V.path == kernel::reduce_path::any || V.path == kernel::reduce_path::any_loop ||
                                        std::is_same_v<A, algorithm::one_shot>) &&
                                       (V.path != kernel::reduce_path::small_ll || algorithm::one_shot::has_ll<handle_type>) &&
-                                      (V.path != kernel::reduce_path::small_lamport || algorithm::one_shot::has_lamport<handle_type>);
+                                      (V.path != kernel::reduce_path::small_lamport || algorithm::one_shot::has_lamport<handle_type>) &&
+                                      (V.path != kernel::reduce_path::inplace || algorithm::one_shot::has_inplace<handle_type>);
 
   /// Launches kernel::all_reduce_variants[v] (kernel::variant_index: the same on every rank, which have the same
   /// rank count); a fixed-rank variant runs over fixed_context, with the bytes of the plain kernel.

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -90,6 +91,17 @@ class executor_base {
   Transport& transport() { return transport_; }
   /// Sequence number the next collective will use.
   std::uint32_t next_sequence() const { return state_.seq[0]; }
+  /// This rank's symmetric input area (options::symmetric_bytes; empty where the transport has none): an all-reduce
+  /// whose input lies here, at the same offset on every rank, with its output elsewhere, reads the peers' inputs
+  /// in place (algorithm/one_shot.hpp, "In-place path").
+  std::span<std::byte> symmetric_input() {
+    if (layout_.input_bytes == 0) return {};
+    auto handle = transport_.handle();
+    if constexpr (algorithm::one_shot::has_inplace<typename Transport::handle_type>)
+      return {const_cast<std::byte*>(handle.input_ptr(handle.rank(), 0)), static_cast<std::size_t>(layout_.input_bytes)};
+    else
+      return {};
+  }
 
   /// Health of this rank, without waiting for anything.
   health check_health() const {
@@ -378,10 +390,25 @@ class communicator : public executor_base<Transport> {
     const std::uint64_t out_elems = c == protocol::collective::all_gather ? std::uint64_t{count} * size() : count;
     if (!why.empty()) return reject_call(why, status::invalid_argument, this->refused_poison(out, count, out_elems, sizeof(T)));
 
+    const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+    if constexpr (std::is_same_v<A, algorithm::one_shot>) {
+      // An input in the symmetric area (and an output elsewhere): read in place (one_shot, "In-place path").
+      const auto handle = this->transport_.handle();
+      if (const std::uint64_t off = c == protocol::collective::all_reduce
+                                        ? algorithm::one_shot::inplace_offset<R>(handle, in, out, count)
+                                        : algorithm::one_shot::no_inplace;
+          off != algorithm::one_shot::no_inplace) {
+        const std::uint32_t parts =
+            algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
+        return this->run_parts(
+            algorithm::one_shot::inplace_signature(static_cast<std::uint32_t>(R::dtype_id), static_cast<std::uint32_t>(R::op_id), count, off),
+            parts, [&](session_t& s) { return algorithm::one_shot::all_reduce_inplace<R>(s, out, count, parts, off); },
+            [&] { algorithm::fill_poison(out, 0, out_elems, 0, 1); });
+      }
+    }
     const std::uint32_t signature = protocol::call_signature(c, static_cast<std::uint32_t>(A::id),
                                                              static_cast<std::uint32_t>(R::dtype_id),
                                                              static_cast<std::uint32_t>(R::op_id), count);
-    const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
     // A call posted once needs all its parts staged before any waits; the host runs parts one after another.
     const bool whole = std::is_same_v<A, algorithm::one_shot> &&
                        algorithm::one_shot::posts_call<typename Transport::handle_type>(layout_, bytes);

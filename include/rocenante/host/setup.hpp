@@ -65,8 +65,17 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
     l.lamport_max_bytes = lamport_in;
     l.lamport_bytes = protocol::align_up(std::uint64_t(ranks) * protocol::align_up(lamport_in, 256), 4096);
   }
+  // Symmetric input area (options::symmetric_bytes): windows that peers read directly only; its in-place calls flag
+  // their start and their end on channels q and n + q (as two_shot does).
+  if (opts.symmetric_bytes > (std::uint64_t{1} << 40))
+    throw config_error("options::symmetric_bytes = " + std::to_string(opts.symmetric_bytes) + " is above 1 TiB");
+  if (!posted && ranks > 1 && opts.symmetric_bytes != 0) {
+    l.input_bytes = protocol::align_up(opts.symmetric_bytes, 4096);
+    if (l.channels < 2u * static_cast<std::uint32_t>(ranks)) l.channels = 2u * static_cast<std::uint32_t>(ranks);
+  }
   std::uint64_t total = 0;
-  if (!protocol::checked_mul(l.slot_bytes + l.ll_bytes + l.lamport_bytes, slot_count, total) || total > (std::uint64_t{1} << 42))
+  if (!protocol::checked_mul(l.slot_bytes + l.ll_bytes + l.lamport_bytes, slot_count, total) || total > (std::uint64_t{1} << 42) ||
+      total + l.input_bytes > (std::uint64_t{1} << 42))
     throw config_error("window of " + std::to_string(ranks) + " ranks x " + std::to_string(opts.capacity_bytes) +
                        " bytes is too large; lower capacity_bytes");
   return l;
@@ -75,15 +84,16 @@ protocol::window_layout make_layout(int ranks, const options& opts, bool with_ll
 /// The values every rank must agree on, in the order they are checked.
 struct agreed_config {
   std::uint64_t version, ranks, capacity_bytes, max_parts, min_part_bytes, max_ctas, max_part_bytes, timeout_ns,
-      max_polls, first_sequence, call_post_max_bytes, lamport_max_bytes, transport;
-  static constexpr std::array<const char*, 13> names = {"version",        "ranks",          "capacity_bytes",
+      max_polls, first_sequence, call_post_max_bytes, lamport_max_bytes, symmetric_bytes, transport;
+  static constexpr std::array<const char*, 14> names = {"version",        "ranks",          "capacity_bytes",
                                                         "max_parts",      "min_part_bytes", "max_ctas",
                                                         "max_part_bytes", "timeout_ns",     "max_polls",
                                                         "first_sequence", "call_post_max_bytes", "lamport_max_bytes",
-                                                        "transport"};
-  std::array<std::uint64_t, 13> values() const {
+                                                        "symmetric_bytes", "transport"};
+  std::array<std::uint64_t, 14> values() const {
     return {version,   ranks,          capacity_bytes, max_parts,           min_part_bytes, max_ctas,
-            max_part_bytes, timeout_ns, max_polls,     first_sequence, call_post_max_bytes, lamport_max_bytes, transport};
+            max_part_bytes, timeout_ns, max_polls,     first_sequence, call_post_max_bytes, lamport_max_bytes,
+            symmetric_bytes, transport};
   }
 };
 
@@ -103,7 +113,7 @@ inline void agree_on_config(bootstrap::bootstrap_ref boot, const options& o, con
                      o.max_part_bytes, o.timeout_ns,
                      o.max_polls,     o.first_sequence,
                      o.call_post_max_bytes, o.lamport_max_bytes,
-                     name_hash(transport_name)};
+                     o.symmetric_bytes, name_hash(transport_name)};
   const std::vector<agreed_config> all = setup::vote(boot, "agree on options", mine, [] {});
   for (std::size_t f = 0; f < agreed_config::names.size(); ++f) {
     const std::uint64_t v0 = all[0].values()[f];

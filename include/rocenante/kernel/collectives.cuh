@@ -49,7 +49,7 @@ inline constexpr int min_blocks_per_sm = 1;
 /// per CTA, every part at most as many packets as the CTA has threads), packets + flag, the LL path or the Lamport
 /// path (algorithm::small_protocol), launched with only as many threads as the largest part has packets (rounded up
 /// to whole warps): docs/results/h200-2026-12-04 has what it saves.
-enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3, small = 4, small_ll = 5, small_lamport = 6 };
+enum class reduce_path : int { any = 0, any_loop = 1, bulk = 2, bulk_discard = 3, small = 4, small_ll = 5, small_lamport = 6, inplace = 7 };
 
 /// The decode-size protocol a small* path runs.
 ROCENANTE_HOST_DEVICE constexpr algorithm::small_protocol small_protocol_of(reduce_path path) {
@@ -74,11 +74,12 @@ struct variant {
 /// both read this table, so a kernel is listed here and nowhere else. The decode-size kernels run over fixed_ranks
 /// at 2 and 8 ranks, where they were 0.11-0.16 us faster, not at 4, where they were 0.056 us slower
 /// (docs/results/h200-2026-12-05/s11-0c4216e); small_ll serves at most ll_max_ranks = 2 ranks, small_lamport
-/// 2..lamport_max_ranks (over the plain handle: not measured yet).
+/// 2..lamport_max_ranks (over the plain handle: not measured yet). inplace: one_shot's in-place path (an input in
+/// the symmetric area, read where it lies: algorithm/one_shot.hpp), CTAs looping over parts.
 inline constexpr variant all_reduce_variants[] = {
     {reduce_path::any},   {reduce_path::any_loop}, {reduce_path::bulk},     {reduce_path::bulk_discard},
     {reduce_path::small}, {reduce_path::small, 2}, {reduce_path::small, 8}, {reduce_path::small_ll, 2},
-    {reduce_path::small_lamport},
+    {reduce_path::small_lamport}, {reduce_path::inplace},
 };
 inline constexpr int variant_count = static_cast<int>(sizeof(all_reduce_variants) / sizeof(all_reduce_variants[0]));
 
@@ -105,7 +106,7 @@ constexpr int variant_index(reduce_path path, int ranks) {
 /// Every path that can occur at a rank count has a kernel.
 constexpr bool variants_cover_every_call() {
   for (int n = 1; n <= max_ranks; ++n)
-    for (int p = 0; p <= static_cast<int>(reduce_path::small_lamport); ++p)
+    for (int p = 0; p <= static_cast<int>(reduce_path::inplace); ++p)
       if (path_at(reduce_path(p), n) && variant_index(reduce_path(p), n) < 0) return false;
   return true;
 }
@@ -161,6 +162,8 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
       bool ok;
       if constexpr (Path == reduce_path::any_loop)
         ok = coll.run(ctx, in, out, count, p, parts, epi);
+      else if constexpr (Path == reduce_path::inplace)
+        ok = coll.run_inplace(ctx, in, out, count, p, parts, epi);
       else
         ok = coll.template run_bulk<Path == reduce_path::bulk_discard>(ctx, in, out, count, p, parts, epi);
       if (!ok) {  // this part and the CTA's later ones are not computed: poison them all

@@ -5,6 +5,8 @@
 //   data_offset(1)           slot 1  slot_bytes of payload
 //   ll_offset(0), (1)        LL area of each slot, ll_bytes: one-shot lines with the flag inside (config.hpp)
 //   lamport_offset(0), (1)   Lamport area of each slot, lamport_bytes: one-shot packets that are their own flag
+//   input_offset()           symmetric input area, input_bytes: the caller's own input, read by peers in place
+//                            (options::symmetric_bytes; algorithm/one_shot.hpp, "In-place path")
 //
 // A window starts with its flags (flag_unset) and its Lamport areas (empty) all ones and the rest zero
 // (window_layout::ones_ranges).
@@ -44,6 +46,9 @@ struct window_layout {
   /// call trailer after each source's bytes (algorithm/one_shot.hpp, "Posting"); 0: every call posts per part, no
   /// trailer (direct windows always).
   std::uint64_t call_post_max_bytes = 0;
+  /// Symmetric input area (0: none): bytes at the same offset of every rank's window that a rank fills with its own
+  /// input and its peers read in place (options::symmetric_bytes; directly read windows only).
+  std::uint64_t input_bytes = 0;
 
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t flag_count() const {
     return std::uint64_t{slot_count} * max_parts * channels;
@@ -63,9 +68,10 @@ struct window_layout {
   ROCENANTE_HOST_DEVICE constexpr std::uint64_t lamport_offset(std::uint32_t slot) const {
     return flags_bytes() + slot_count * (slot_bytes + ll_bytes) + std::uint64_t{slot} * lamport_bytes;
   }
-  ROCENANTE_HOST_DEVICE constexpr std::uint64_t total_bytes() const {
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t input_offset() const {
     return flags_bytes() + slot_count * (slot_bytes + ll_bytes + lamport_bytes);
   }
+  ROCENANTE_HOST_DEVICE constexpr std::uint64_t total_bytes() const { return input_offset() + input_bytes; }
   /// The two ranges of a new window that start as all ones, {offset, bytes} each: the flags (flag_unset) and the
   /// Lamport areas (empty); everything else starts zero.
   struct range_bytes {

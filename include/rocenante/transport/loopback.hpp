@@ -65,6 +65,10 @@ struct direct_handle {
   ROCENANTE_HOST_DEVICE std::byte* lamport_recv_ptr(std::uint32_t slot, std::uint64_t off) {
     return windows_[rank_] + layout_.lamport_offset(slot) + off;
   }
+  /// Symmetric input area (layout().input_bytes) of peer's window at `off`: read in place by the in-place path.
+  ROCENANTE_HOST_DEVICE const std::byte* input_ptr(int peer, std::uint64_t off) const {
+    return windows_[peer] + layout_.input_offset() + off;
+  }
   /// Flag word `index` in peer's window (the LL and Lamport paths keep it current with a relaxed store; see one_shot.hpp).
   ROCENANTE_HOST_DEVICE std::uint64_t* peer_flag(int peer, std::uint64_t index) {
     return reinterpret_cast<std::uint64_t*>(windows_[peer]) + index;
