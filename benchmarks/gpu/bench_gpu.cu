@@ -391,13 +391,15 @@ void register_type(const char* tname, const std::vector<std::size_t>& sizes, con
             bench_collective<T>(s, n, coll::all_reduce_one_shot, bytes, graph, 1);
           })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
         }
-        // one_shot with every rank's input in its symmetric area (options::symmetric_bytes): the in-place path
-        if (bytes <= (std::size_t{4} << 20)) {
-          const std::string name = "all_reduce/one_shot_inplace/loopback" + suffix;
-          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-            bench_collective<T>(s, n, coll::all_reduce_one_shot, bytes, graph, 2);
-          })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
-        }
+        // one_shot and two_shot with every rank's input in its symmetric area (options::symmetric_bytes): the
+        // in-place path
+        if (bytes <= (std::size_t{4} << 20))
+          for (coll c : {coll::all_reduce_one_shot, coll::all_reduce_two_shot}) {
+            const std::string name = std::string("all_reduce/") + (c == coll::all_reduce_one_shot ? "one_shot" : "two_shot") +
+                                     "_inplace/loopback" + suffix;
+            benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_collective<T>(s, n, c, bytes, graph, 2); })
+                ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+          }
         if (with_gather && bytes * n <= (std::size_t{64} << 20) * n) {
           const std::string name = "all_gather/one_shot/loopback" + suffix;
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_collective<T>(s, n, coll::all_gather, bytes, graph); })

@@ -193,6 +193,9 @@ class Communicator:
                  communicator: "auto", "cuda_ipc", "ibverbs", "socket", "nccl" or "env"
       algo       algorithm of calls that pass algo="auto": "auto" (by size and rank count), "one_shot", "two_shot",
                  "ring", "env"
+      symmetric_bytes  bytes of this rank's symmetric input area (0: none; symmetric_buffer()): an all_reduce whose
+                 input lies there, at the same offset on every rank, with a separate `out`, reads every rank's input in
+                 place instead of staging it (transports whose ranks read each other's memory: loopback, cuda_ipc)
     """
 
     def __init__(self, impl: Any):
@@ -204,20 +207,20 @@ class Communicator:
 
     # -- construction ------------------------------------------------------------------------------------------
     @staticmethod
-    def _config(max_bytes: int, timeout: float, transport: str, algo: str):
-        return _ext.Config(int(max_bytes), float(timeout), str(transport), str(algo))
+    def _config(max_bytes: int, timeout: float, transport: str, algo: str, symmetric_bytes: int = 0):
+        return _ext.Config(int(max_bytes), float(timeout), str(transport), str(algo), int(symmetric_bytes))
 
     @classmethod
     def in_process(cls, world: World, rank: int, *, max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0,
-                   transport: str = "auto", algo: str = "auto") -> "Communicator":
+                   transport: str = "auto", algo: str = "auto", symmetric_bytes: int = 0) -> "Communicator":
         """Rank `rank` of `world` (ranks as threads). Every rank calls it, each from its own thread."""
         return cls(_build(rank, lambda: _ext.Communicator.in_process(
-            world._w, int(rank), cls._config(max_bytes, timeout, transport, algo))))
+            world._w, int(rank), cls._config(max_bytes, timeout, transport, algo, symmetric_bytes))))
 
     @classmethod
     def from_callbacks(cls, rank: int, size: int, all_gather: Callable[[bytes], bytes], *,
                        max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0, transport: str = "auto",
-                       algo: str = "auto", device: Any = None) -> "Communicator":
+                       algo: str = "auto", device: Any = None, symmetric_bytes: int = 0) -> "Communicator":
         """Set-up through your own exchange: all_gather(b) must be collective and return every rank's `b`
         concatenated in rank order (all of equal length). It must not wait forever: an exception it raises becomes
         BootstrapError. Used only during set-up. `device`: None (host executor) or this rank's CUDA device (GPU
@@ -226,11 +229,12 @@ class Communicator:
         if dev is not None:
             _require_gpu(rank)
         return cls(_build(rank, lambda: _ext.Communicator.callback(
-            int(rank), int(size), all_gather, cls._config(max_bytes, timeout, transport, algo), dev)))
+            int(rank), int(size), all_gather, cls._config(max_bytes, timeout, transport, algo, symmetric_bytes), dev)))
 
     @classmethod
     def from_process_group(cls, group: Any = None, device: Any = None, *, max_bytes: int = _DEFAULT_MAX_BYTES,
-                           timeout: float = 10.0, transport: str = "auto", algo: str = "auto") -> "Communicator":
+                           timeout: float = 10.0, transport: str = "auto", algo: str = "auto",
+                           symmetric_bytes: int = 0) -> "Communicator":
         """Set-up through a torch.distributed process group (None: the default group): its all_gather_object
         carries the set-up exchange. `device`: None or "cpu" for the host executor (CPU tensors); this rank's CUDA
         device (torch.device('cuda', i), "cuda:i" or i) for the GPU executor (CUDA tensors; a build with nvcc)."""
@@ -245,11 +249,12 @@ class Communicator:
             return b"".join(parts)
 
         return cls.from_callbacks(rank, size, all_gather, max_bytes=max_bytes, timeout=timeout, transport=transport,
-                                  algo=algo, device=dev)
+                                  algo=algo, device=dev, symmetric_bytes=symmetric_bytes)
 
     @classmethod
     def from_env(cls, *, max_bytes: int = _DEFAULT_MAX_BYTES, timeout: float = 10.0, transport: str = "auto",
-                 algo: str = "auto", bootstrap_timeout: Optional[float] = None, device: Any = None) -> "Communicator":
+                 algo: str = "auto", bootstrap_timeout: Optional[float] = None, device: Any = None,
+                 symmetric_bytes: int = 0) -> "Communicator":
         """Set-up through the store bootstrap (ranks as processes, any launcher): rank 0's address from
         ROCENANTE_BOOTSTRAP=host:port, else MASTER_ADDR and MASTER_PORT + 1 (torchrun keeps MASTER_PORT itself);
         rank and size from ROCENANTE_RANK/ROCENANTE_WORLD_SIZE, RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS
@@ -270,7 +275,7 @@ class Communicator:
         if dev is not None:
             _require_gpu(rank)
         return cls(_build(rank, lambda: _ext.Communicator.from_env(
-            cls._config(max_bytes, timeout, transport, algo),
+            cls._config(max_bytes, timeout, transport, algo, symmetric_bytes),
             None if bootstrap_timeout is None else float(bootstrap_timeout), dev)))
 
     # -- collectives -------------------------------------------------------------------------------------------
@@ -356,6 +361,43 @@ class Communicator:
         self._raise_if_failed(self._c.reject(f"stream must be an int (a cudaStream_t value), a torch.cuda.Stream or a "
                                              f"CuPy stream, got {type(stream).__name__}", _stream_of(x, self._c.device)))
         return None
+
+    def symmetric_buffer(self, dtype: Any = "float32") -> Any:
+        """This rank's symmetric input area (symmetric_bytes at set-up) as a 1-D array of `dtype` ("float32",
+        "float16", "bfloat16", or a NumPy / torch dtype of those) spanning the whole area: a torch tensor on this
+        communicator's device for the GPU executor (torch required), a NumPy array for the host executor. It views
+        the communicator's own memory (valid while the communicator is open). Write a rank's input into it (or into a
+        slice starting at the same 16-byte aligned element on every rank) and pass that to all_reduce with a separate
+        `out`: the peers then read it where it lies instead of receiving a copy. Raises ConfigError where there is no
+        area (symmetric_bytes=0, or a transport whose ranks cannot read each other's memory: socket, ibverbs, nccl)."""
+        address, nbytes = self._c.symmetric_input()
+        if nbytes == 0:
+            raise ConfigError(f"rocenante rank {self.rank}: no symmetric input area: pass symmetric_bytes=N at set-up, "
+                              f"over a transport whose ranks read each other's memory (loopback, cuda_ipc; this "
+                              f"communicator runs {self.transport})")
+        name = str(dtype).replace("torch.", "").replace("numpy.", "")
+        sizes = {"float32": 4, "float16": 2, "bfloat16": 2}
+        if name not in sizes:
+            raise ValueError(f"symmetric_buffer: dtype must be float32, float16 or bfloat16, got {dtype!r}")
+        if self._c.device is not None:
+            import torch
+
+            class _Area:  # CUDA array interface over the area's bytes (torch shares the memory, no copy)
+                __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False),
+                                            "version": 3, "strides": None}
+
+            raw = torch.as_tensor(_Area(), device=torch.device("cuda", self._c.device))
+            return raw.view(getattr(torch, name))
+        import ctypes
+
+        import numpy as np
+
+        raw = np.ctypeslib.as_array(ctypes.cast(address, ctypes.POINTER(ctypes.c_uint8)), shape=(nbytes,))
+        if name == "bfloat16":
+            import ml_dtypes
+
+            return raw.view(ml_dtypes.bfloat16)
+        return raw.view(np.dtype(name))
 
     # -- state ---------------------------------------------------------------------------------------------------
     def health(self) -> Health:

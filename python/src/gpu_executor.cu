@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include <rocenante/gpu/select.hpp>
@@ -43,6 +44,7 @@ class gpu_selected final : public gpu_executor {
     options o = gpu::default_options();
     o.capacity_bytes = s.capacity_bytes;
     o.timeout_ns = s.timeout_ns;
+    o.symmetric_bytes = s.symmetric_bytes;
     comm_ = std::make_unique<gpu::selected_communicator>(boot_, o, sc);
     decision_ = comm_->decision();
   }
@@ -88,6 +90,10 @@ class gpu_selected final : public gpu_executor {
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
   int device() const override { return device_; }
+  std::pair<std::uintptr_t, std::size_t> symmetric_input() override {
+    const std::span<std::byte> a = comm_->symmetric_input();
+    return {reinterpret_cast<std::uintptr_t>(a.data()), a.size()};
+  }
 
   ~gpu_selected() override {
     device_guard g(device_);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <rocenante/bootstrap/concepts.hpp>
 #include <rocenante/host/select.hpp>
@@ -47,6 +48,8 @@ class gpu_executor {
   virtual int size() const = 0;
   /// The CUDA device every call of this rank runs on (made current for the call, then restored).
   virtual int device() const = 0;
+  /// This rank's symmetric input area in device memory as (address, bytes); (0, 0) where the transport has none.
+  virtual std::pair<std::uintptr_t, std::size_t> symmetric_input() = 0;
 };
 
 /// What a GPU communicator is built with (identical on every rank but `device`).
@@ -54,6 +57,7 @@ struct gpu_settings {
   std::uint64_t capacity_bytes;  // largest input of one rank to one collective
   std::uint64_t timeout_ns;      // bound on every wait for a peer
   int device;                    // CUDA ordinal; -1: the device current on the calling thread
+  std::uint64_t symmetric_bytes = 0;  // options::symmetric_bytes: the symmetric input area (0: none)
 };
 
 /// Collective: builds gpu::selected_communicator over `b` on `s.device` (cuda_ipc when every rank is on one host,

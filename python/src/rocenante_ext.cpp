@@ -11,6 +11,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -20,6 +21,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <span>
 #include <tuple>
 #include <variant>
 #include <vector>
@@ -218,6 +221,7 @@ struct config {
   double timeout_s;
   std::string transport;
   std::string algo;
+  std::uint64_t symmetric_bytes = 0;  // options::symmetric_bytes: the symmetric input area (0: none)
 };
 
 /// One rank of a communicator over the host executor (CPU arrays) or, in a build with nvcc, the GPU executor (CUDA
@@ -360,6 +364,16 @@ class communicator {
     return comm_ ? comm_->failures() : 0;
   }
   std::string decision() const { return decision_; }
+  /// This rank's symmetric input area as (address, bytes): device memory of a GPU communicator, host memory of the
+  /// host executor; (0, 0) where the transport has none (options::symmetric_bytes).
+  std::pair<std::uintptr_t, std::size_t> symmetric_input() {
+#if ROCENANTE_PY_GPU
+    if (gpu_) return gpu_->symmetric_input();
+#endif
+    if (!comm_) return {0, 0};
+    const std::span<std::byte> a = comm_->symmetric_input();
+    return {reinterpret_cast<std::uintptr_t>(a.data()), a.size()};
+  }
   std::uint32_t first_call_sequence() const { return first_call_seq_; }
   std::string transport() const { return transport_; }
   int rank() const { return rank_; }
@@ -395,6 +409,7 @@ class communicator {
     rc::options o;
     o.capacity_bytes = c.max_bytes;
     o.timeout_ns = static_cast<std::uint64_t>(c.timeout_s * 1e9);
+    o.symmetric_bytes = c.symmetric_bytes;
     rc::host::select_config sc;
     sc.transport = parse_transport(c.transport, device.has_value());
     if (c.algo != "env") {  // "env": ROCENANTE_ALGO decides
@@ -406,7 +421,7 @@ class communicator {
     }
     if (device) {
 #if ROCENANTE_PY_GPU
-      const rc::python::gpu_settings gs{o.capacity_bytes, o.timeout_ns, *device};
+      const rc::python::gpu_settings gs{o.capacity_bytes, o.timeout_ns, *device, o.symmetric_bytes};
       std::visit([&](auto& b) {
         nb::gil_scoped_release nogil;
         gpu_ = rc::python::make_gpu_executor(rc::bootstrap::bootstrap_ref(*b), gs, sc);
@@ -559,7 +574,8 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("size", &world::size);
 
   nb::class_<config>(m, "Config")
-      .def(nb::init<std::uint64_t, double, std::string, std::string>(), "max_bytes"_a, "timeout"_a, "transport"_a, "algo"_a);
+      .def(nb::init<std::uint64_t, double, std::string, std::string, std::uint64_t>(), "max_bytes"_a, "timeout"_a,
+           "transport"_a, "algo"_a, "symmetric_bytes"_a = 0);
 
   nb::class_<communicator>(m, "Communicator")
       .def_static("in_process", &communicator::in_process, "world"_a, "rank"_a, "config"_a)
@@ -575,6 +591,7 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("last_error", &communicator::last_error)
       .def_prop_ro("failures", &communicator::failures)
       .def_prop_ro("decision", &communicator::decision)
+      .def("symmetric_input", &communicator::symmetric_input)
       .def_prop_ro("first_call_sequence", &communicator::first_call_sequence)
       .def_prop_ro("transport", &communicator::transport)
       .def_prop_ro("rank", &communicator::rank)

@@ -165,3 +165,45 @@ def test_callback_bootstrap_from_python_threads():
     [t.start() for t in ts]
     [t.join(60) for t in ts]
     assert results == [("loopback", 6.0)] * n
+
+
+def test_symmetric_buffer_inputs_are_read_in_place_with_the_staged_bytes(dtype):
+    """An input written into the symmetric area (symmetric_bytes) is summed by reading every rank's area in place:
+    the same bytes as the same input from an ordinary array, on every rank."""
+    count = 1003
+
+    def body(comm):
+        x = rank_input(comm.rank, count, dtype)
+        staged = comm.all_reduce(x.copy())
+        area = comm.symmetric_buffer(str(np.dtype(dtype)) if dtype is not None else "float32")
+        assert area.nbytes == 16384
+        area[:count] = x
+        out = np.full(count, -1, dtype=dtype)
+        comm.all_reduce(area[:count], out=out)
+        return staged.tobytes(), out.tobytes()
+
+    res = no_errors(run_ranks(RANKS, body, symmetric_bytes=16384))
+    for staged, inplace in res:
+        assert inplace == staged
+        assert inplace == res[0][1]
+
+
+def test_ranks_that_disagree_on_the_symmetric_offset_fail_instead_of_summing_the_wrong_bytes():
+    def body(comm):
+        area = comm.symmetric_buffer("float32")
+        start = 4 if comm.rank == 1 else 0  # rank 1's input 16 bytes further: peers would read the wrong place
+        area[start:start + 64] = comm.rank + 1
+        with pytest.raises(rocenante.CollectiveError, match="mismatch|different"):
+            comm.all_reduce(area[start:start + 64], out=np.zeros(64, np.float32))
+        return True
+
+    no_errors(run_ranks(2, body, symmetric_bytes=4096, timeout=5.0))
+
+
+def test_no_symmetric_area_is_a_clear_error():
+    def body(comm):
+        with pytest.raises(rocenante.ConfigError, match="symmetric_bytes"):
+            comm.symmetric_buffer()
+        return True
+
+    no_errors(run_ranks(2, body))

@@ -1242,7 +1242,8 @@ TEST_SUITE("gpu.protocol") {
   }
 
   TEST_CASE_TEMPLATE("in-place path: an input in the symmetric area, read where it lies, gives the staged path's bytes on "
-                     "every rank, eagerly and in 20 graph replays; a rank that never calls is reported, bounded", T, float,
+                     "every rank (one_shot eagerly and in 20 graph replays, two_shot eagerly); a rank that never calls "
+                     "is reported, bounded", T, float,
                      __half, __nv_bfloat16) {
     for (int n : {2, 4, 8}) {
       for (std::size_t bytes : {std::size_t{16}, std::size_t{49152}, std::size_t{262144} + 32, std::size_t{4} << 20}) {
@@ -1257,7 +1258,7 @@ TEST_SUITE("gpu.protocol") {
         std::vector<std::vector<T>> in(n);
         for (int r = 0; r < n; ++r) in[r] = make_input<T>(count, r, 900 + n);
         const std::vector<T> want = reference<T>(algorithm::algo::one_shot, false, in);
-        std::vector<std::vector<T>> eager(n), replayed(n), staged(n);
+        std::vector<std::vector<T>> eager(n), replayed(n), staged(n), two(n);
         std::vector<std::size_t> area(n, 0);
         gtest::rank_errors errs;
         host::spawn_ranks(n, [&](bootstrap::in_process& b) {
@@ -1275,8 +1276,13 @@ TEST_SUITE("gpu.protocol") {
           if (st == status::ok) st = comm.all_reduce(static_cast<const T*>(sin), dout.p, count, gr.stream);
           staged[r].resize(count);
           eager[r].resize(count);
+          two[r].resize(count);
           CUDA_REQUIRE(cudaMemcpyAsync(staged[r].data(), dstaged.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream));
           CUDA_REQUIRE(cudaMemcpyAsync(eager[r].data(), dout.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream));
+          // two_shot's in-place path: the owners read their chunks of every input where it lies (the same bytes)
+          if (st == status::ok)
+            st = comm.all_reduce(static_cast<const T*>(sin), dstaged.p, count, gr.stream, algorithm::two_shot{});
+          CUDA_REQUIRE(cudaMemcpyAsync(two[r].data(), dstaged.p, count * sizeof(T), cudaMemcpyDeviceToHost, gr.stream));
           errs.finish(r, comm, gr.stream, st, "eager");
           // a graph holding the in-place call, replayed with the input rewritten in place before each replay
           cudaGraph_t graph = nullptr;
@@ -1305,6 +1311,7 @@ TEST_SUITE("gpu.protocol") {
           CHECK(area[r] == o.symmetric_bytes);
           CHECK(std::memcmp(staged[r].data(), want.data(), count * sizeof(T)) == 0);
           CHECK(std::memcmp(eager[r].data(), want.data(), count * sizeof(T)) == 0);
+          CHECK(std::memcmp(two[r].data(), want.data(), count * sizeof(T)) == 0);
           CHECK(std::memcmp(replayed[r].data(), want.data(), count * sizeof(T)) == 0);
         }
       }

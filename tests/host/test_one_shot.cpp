@@ -83,7 +83,7 @@ namespace {
 /// Each rank's input copied to offset `off` of its symmetric input area and summed from there into `out` (the
 /// in-place path), and the same input summed from an ordinary buffer (the staged path): the two results must be
 /// the same bytes on every rank, and the model's rank-order fp32 sum.
-template <class T>
+template <class A, class T>
 void inplace_matches_staged(int n, std::size_t off, std::uint64_t case_id) {
   options o = reference_options(true);
   o.symmetric_bytes = 64 * 1024 + 4096;
@@ -107,9 +107,9 @@ void inplace_matches_staged(int n, std::size_t off, std::uint64_t case_id) {
     const std::span<std::byte> sym = comm.symmetric_input();
     area[r] = sym.size();
     for (std::size_t c = 0; c < nc; ++c) {
-      st[c][r] = comm.all_reduce(in[c][r].data(), staged[c][r].data(), counts[c]);
+      st[c][r] = comm.template all_reduce<A>(in[c][r].data(), staged[c][r].data(), counts[c]);
       std::memcpy(sym.data() + off, in[c][r].data(), counts[c] * sizeof(T));
-      st_ip[c][r] = comm.all_reduce(reinterpret_cast<const T*>(sym.data() + off), inplace[c][r].data(), counts[c]);
+      st_ip[c][r] = comm.template all_reduce<A>(reinterpret_cast<const T*>(sym.data() + off), inplace[c][r].data(), counts[c]);
     }
   });
   for (int r = 0; r < n; ++r) CHECK(area[r] == o.symmetric_bytes);
@@ -133,9 +133,10 @@ void inplace_matches_staged(int n, std::size_t off, std::uint64_t case_id) {
   }
 }
 
-/// Rank 1 calls with an input that is not where its peers read (`how`: another offset, or an ordinary buffer):
-/// every rank's call fails with status::mismatch and its output is NaN — never a sum of the wrong bytes.
-void inplace_disagreement(int n, bool ordinary_buffer) {
+/// Rank 1 calls with an input that is not where its peers read (another offset, or an ordinary buffer); every rank
+/// calls one_shot, or with `two_shot` two_shot: every rank's call fails with status::mismatch and its output is NaN —
+/// never a sum of the wrong bytes.
+void inplace_disagreement(int n, bool ordinary_buffer, bool two_shot = false) {
   options o = reference_options(false);
   o.symmetric_bytes = 64 * 1024;
   o.timeout_ns = 5'000'000'000ull;
@@ -150,7 +151,8 @@ void inplace_disagreement(int n, bool ordinary_buffer) {
     const std::size_t off = r == 1 && !ordinary_buffer ? 4096 : 0;
     std::memcpy(sym.data() + off, own.data(), count * sizeof(float));
     const float* in = r == 1 && ordinary_buffer ? own.data() : reinterpret_cast<const float*>(sym.data() + off);
-    st[r] = comm.all_reduce(in, out[r].data(), count);
+    st[r] = two_shot ? comm.all_reduce(in, out[r].data(), count, rocenante::algorithm::two_shot{})
+                     : comm.all_reduce(in, out[r].data(), count);
   });
   for (int r = 0; r < n; ++r) {
     CAPTURE(r);
@@ -166,12 +168,21 @@ TEST_SUITE("host.one_shot.inplace") {
                      __half, __nv_bfloat16) {
     for (int n : reference_rank_counts) {
       CAPTURE(n);
-      inplace_matches_staged<T>(n, n % 2 == 0 ? 0 : 4096 - 16 * n, 700 + 3 * dtype_index<T> * 16 + n);
+      inplace_matches_staged<one_shot, T>(n, n % 2 == 0 ? 0 : 4096 - 16 * n, 700 + 3 * dtype_index<T> * 16 + n);
+    }
+  }
+  TEST_CASE_TEMPLATE("two_shot: an input in the symmetric area is reduced by its chunks' owners in place: the staged "
+                     "path's bytes on every rank", T, float, __half, __nv_bfloat16) {
+    for (int n : reference_rank_counts) {
+      CAPTURE(n);
+      inplace_matches_staged<rocenante::algorithm::two_shot, T>(n, n % 2 == 0 ? 4096 : 0, 800 + 3 * dtype_index<T> * 16 + n);
     }
   }
   TEST_CASE("ranks disagreeing on the input's place fail with mismatch, never a wrong sum") {
     inplace_disagreement(2, false);
     inplace_disagreement(3, true);
+    inplace_disagreement(3, false, true);
+    inplace_disagreement(2, true, true);
   }
   TEST_CASE("an output inside the input (in == out) takes the staged path; a rank that never calls is reported, bounded") {
     options o = reference_options(false);

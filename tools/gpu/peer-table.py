@@ -18,7 +18,7 @@ import sys
 
 ROW = re.compile(r"^all_reduce/(?P<alg>[^/]+)/loopback/bf16/bytes:(?P<bytes>\d+)/ranks:(?P<ranks>\d+)(?P<graph>/graph:1)?(/|$)")
 FLOOR = re.compile(r"^floor/one_shot_minimal/bf16/bytes:(?P<bytes>\d+)/ranks:(?P<ranks>\d+)/ctas:\d+/threads:\d+/pdl:\d/graph:1(/|$)")
-LIBRARY_ORDER = ["one_shot", "one_shot_lamport", "one_shot_inplace", "two_shot", "ring"]
+LIBRARY_ORDER = ["one_shot", "one_shot_lamport", "one_shot_inplace", "two_shot", "two_shot_inplace", "ring"]
 PEER_ORDER = ["peer_vllm_one_shot", "peer_vllm_two_shot", "peer_trtllm_lamport_one_shot"]
 TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 

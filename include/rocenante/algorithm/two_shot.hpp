@@ -31,6 +31,15 @@
 // Cost for S bytes per rank: 2 steps; each rank sends (n-1)*S/n in RS and (n-1)*S/n in AG, 2(n-1)/n*S in all
 // (one_shot: (n-1)*S); the owner's reduce reads S and writes S/n. Latency ~ launch + stage + 2 flag hops + reduce.
 // Assumptions: any-to-any connectivity (a switch, NVLink, or one process); every rank calls with the same count.
+// In-place path (directly read windows, options::symmetric_bytes; one_shot.hpp's "In-place path" for the rules on
+// the input's place): no reduce-scatter copy. Each part tells every peer its input is in place (channel q), the owner
+// of chunk c reads chunk c of every rank's input where it lies and sums it in rank order (the same bytes), stores
+// the result into `out` and into source c of its own window, and tells every peer (channel n+q); every rank then
+// copies the other owners' results out of their windows. No end barrier: once a rank has every owner's word, every
+// peer has finished reading its input, and an owner's window region is written again only two calls later (two
+// slots), after every peer has started the call in between. Per rank it reads S and n-1 chunks and writes S + S/n
+// (the staged path: about 4S).
+//
 // Pitfalls: two flag hops where one_shot has one, so one_shot wins for small messages; `in` may equal `out`
 // (in-place: a part reads the input packets it overwrites before it writes them) but must not otherwise overlap it;
 // a reduction that is lossy per hop (NVFP4) is refused at compile time: the owner's sum would be quantized again
@@ -147,6 +156,75 @@ struct two_shot {
     }
     s.finish(parts);
     return true;
+  }
+
+  /// In-place path (file header): the algorithm id its calls carry in their signature.
+  static constexpr algo inplace_id = static_cast<algo>(7);
+  /// The signature of an in-place two_shot call (one_shot::inplace_signature with this algorithm's id).
+  ROCENANTE_HOST_DEVICE static constexpr std::uint32_t inplace_signature(std::uint32_t dtype_id, std::uint32_t op_id,
+                                                                         std::uint64_t count, std::uint64_t off) {
+    return protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(inplace_id), dtype_id,
+                                    op_id, count ^ (off / packet_bytes * 0x9e3779b97f4a7c15ull));
+  }
+
+  /// All-reduce part `s.part()` of `parts` on the in-place path (file header): every rank's input at offset `off`
+  /// of its symmetric input area (one_shot::inplace_offset). The session must carry inplace_signature. The same
+  /// bytes as all_reduce, on every rank.
+  template <reduce::reduction R, class Session, class Epilogue = no_epilogue>
+  ROCENANTE_HOST_DEVICE static bool all_reduce_inplace(Session& s, typename R::value_type* out, std::uint64_t count,
+                                                       std::uint32_t parts, std::uint64_t off, const Epilogue& epi = {}) {
+    using handle_t = typename Session::handle_type;
+    if constexpr (!one_shot::has_inplace<handle_t>) {
+      return false;
+    } else {
+      using T = typename R::value_type;
+      using V = reduce::value_packet<R>;
+      if (!s.enter()) return false;
+      auto& team = s.team();
+      auto& h = s.handle();
+      const int n = h.ranks(), r = h.rank();
+      const std::uint32_t slot = s.slot();
+      const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
+      const std::uint64_t k = chunk_packets(n, packets);
+      const std::uint64_t stride = source_stride(n, packets);
+      const range sub = split(k, parts, s.part());
+      const std::uint64_t t0 = static_cast<std::uint64_t>(team.thread()), step = static_cast<std::uint64_t>(team.size());
+      // Start: this rank's input is in place.
+      for (int q = team.thread(); q < n; q += team.size())
+        if (q != r) (void)s.signal(q, rs_channel(r), 0, 0);
+      if (!s.wait_peers(n, r, [](int q) { return rs_channel(q); })) return false;
+      // The owned chunk, read from every rank's input where it lies, in rank order; its bits to `out` and to source r
+      // of this rank's own window, where the peers copy them from.
+      const range own = chunk_part(r, k, packets, sub);
+      for (std::uint64_t i = own.begin + t0; i < own.end; i += step) {
+        reduce::accum_packet<R> acc{};
+        for (int q = 0; q < n; ++q) {
+          const V x = reduce::load_user<R>(reinterpret_cast<const T*>(h.input_ptr(q, off)), i, count);
+          if (q == 0)
+            acc = reduce::widen<R>(x);
+          else
+            reduce::accumulate<R>(acc, x);
+        }
+        epi(i * reduce::lanes<R>, acc);
+        const V v = reduce::narrow<R>(acc);
+        reduce::store_user<R>(out, i, count, v);
+        reduce::store_packet<R>(h.put_ptr(r, slot, static_cast<std::uint64_t>(r) * stride + i * packet_bytes), v);
+      }
+      team.sync();
+      for (int q = team.thread(); q < n; q += team.size())
+        if (q != r) (void)s.signal(q, ag_channel(n, r), 0, 0);
+      if (!s.wait_peers(n, r, [n](int q) { return ag_channel(n, q); }, 1u)) return false;
+      // Every other owner's bits, read from its window.
+      for (int c = 0; c < n; ++c) {
+        if (c == r) continue;
+        const range pr = chunk_part(c, k, packets, sub);
+        const std::uint64_t src = static_cast<std::uint64_t>(c) * stride;
+        for (std::uint64_t i = pr.begin + t0; i < pr.end; i += step)
+          reduce::store_user<R>(out, i, count, reduce::load_packet<R>(h.put_ptr(c, slot, src + i * packet_bytes)));
+      }
+      s.finish(parts);
+      return true;
+    }
   }
 
   /// The failure path of part `part` of `parts`: every team thread calls; the part's packets of every chunk (the

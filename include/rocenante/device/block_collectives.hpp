@@ -81,17 +81,18 @@ class block_all_reduce {
     return Algorithm::template all_reduce_small<Reduction, P>(s, in, out, count, parts, epi, gate);
   }
 
-  /// one_shot's in-place path (algorithm/one_shot.hpp, "In-place path"): `in` lies in this rank's symmetric input
-  /// area, at the same offset on every rank (one_shot::inplace_offset said so on the host), and `out` elsewhere.
+  /// The in-place path of one_shot or two_shot (algorithm/one_shot.hpp, "In-place path"): `in` lies in this rank's
+  /// symmetric input area, at the same offset on every rank (one_shot::inplace_offset said so on the host), and `out`
+  /// elsewhere.
   ROCENANTE_DEVICE bool run_inplace(context<Handle>& ctx, const value_type* in, value_type* out, std::uint64_t count,
                                     std::uint32_t part, std::uint32_t parts, const Epilogue& epi = {}) {
-    if constexpr (std::is_same_v<Algorithm, algorithm::one_shot> && algorithm::one_shot::has_inplace<Handle>) {
+    if constexpr (requires { Algorithm::inplace_id; } && algorithm::one_shot::has_inplace<Handle>) {
       const std::uint64_t off = static_cast<std::uint64_t>(reinterpret_cast<const std::byte*>(in) -
                                                            ctx.handle.input_ptr(ctx.handle.rank(), 0));
-      const std::uint32_t sig = algorithm::one_shot::inplace_signature(static_cast<std::uint32_t>(Reduction::dtype_id),
-                                                                       static_cast<std::uint32_t>(Reduction::op_id), count, off);
+      const std::uint32_t sig = Algorithm::inplace_signature(static_cast<std::uint32_t>(Reduction::dtype_id),
+                                                             static_cast<std::uint32_t>(Reduction::op_id), count, off);
       protocol::session<block_team, Handle> s(team_, ctx.handle, ctx.state, ctx.policy, sig, part, ctx.mirror);
-      return algorithm::one_shot::all_reduce_inplace<Reduction>(s, out, count, parts, off, epi);
+      return Algorithm::template all_reduce_inplace<Reduction>(s, out, count, parts, off, epi);
     } else {
       return false;
     }

@@ -198,7 +198,7 @@ class communicator {
     if (const status s = precheck<A>(in, out, count, sizeof(T), false, stream, algorithm::poison_of(out, count)); s != status::ok)
       return s;
     // An input in the symmetric area, its output elsewhere: read in place (one_shot, "In-place path").
-    const bool inplace = std::is_same_v<A, algorithm::one_shot> &&
+    const bool inplace = (std::is_same_v<A, algorithm::one_shot> || std::is_same_v<A, algorithm::two_shot>) &&
                          algorithm::one_shot::inplace_offset<R>(ctx_.handle, in, out, count) != algorithm::one_shot::no_inplace;
     return launch_variant<A, R, Epilogue>(kernel::variant_index(inplace ? kernel::reduce_path::inplace : path_for<T, A>(count), size()),
                                           in, out, count, stream, epi, std::make_integer_sequence<int, kernel::variant_count>{});
@@ -260,13 +260,15 @@ class communicator {
 
  private:
   /// Whether kernel::all_reduce_variants[V] exists for algorithm A over this transport: the bulk and decode-size
-  /// kernels are one_shot's, the LL and Lamport kernels need a handle with an LL or Lamport area.
+  /// kernels are one_shot's, the LL and Lamport kernels need a handle with an LL or Lamport area, the in-place kernel
+  /// an algorithm with an in-place path (one_shot, two_shot) and a handle whose windows its ranks read.
   template <class A, kernel::variant V>
   static constexpr bool has_variant = (V.path == kernel::reduce_path::any || V.path == kernel::reduce_path::any_loop ||
-                                       std::is_same_v<A, algorithm::one_shot>) &&
+                                       V.path == kernel::reduce_path::inplace || std::is_same_v<A, algorithm::one_shot>) &&
                                       (V.path != kernel::reduce_path::small_ll || algorithm::one_shot::has_ll<handle_type>) &&
                                       (V.path != kernel::reduce_path::small_lamport || algorithm::one_shot::has_lamport<handle_type>) &&
-                                      (V.path != kernel::reduce_path::inplace || algorithm::one_shot::has_inplace<handle_type>);
+                                      (V.path != kernel::reduce_path::inplace ||
+                                       (requires { A::inplace_id; } && algorithm::one_shot::has_inplace<handle_type>));
 
   /// Launches kernel::all_reduce_variants[v] (kernel::variant_index: the same on every rank, which have the same
   /// rank count); a fixed-rank variant runs over fixed_context, with the bytes of the plain kernel.

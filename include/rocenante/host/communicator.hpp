@@ -391,8 +391,8 @@ class communicator : public executor_base<Transport> {
     if (!why.empty()) return reject_call(why, status::invalid_argument, this->refused_poison(out, count, out_elems, sizeof(T)));
 
     const std::uint64_t packets = protocol::ceil_div(count, reduce::lanes<R>);
-    if constexpr (std::is_same_v<A, algorithm::one_shot>) {
-      // An input in the symmetric area (and an output elsewhere): read in place (one_shot, "In-place path").
+    if constexpr (std::is_same_v<A, algorithm::one_shot> || std::is_same_v<A, algorithm::two_shot>) {
+      // An input in the symmetric area (and an output elsewhere): read in place (one_shot.hpp, "In-place path").
       const auto handle = this->transport_.handle();
       if (const std::uint64_t off = c == protocol::collective::all_reduce
                                         ? algorithm::one_shot::inplace_offset<R>(handle, in, out, count)
@@ -401,8 +401,8 @@ class communicator : public executor_base<Transport> {
         const std::uint32_t parts =
             algorithm::part_count(packets, protocol::ceil_div(opts_.min_part_bytes, packet_bytes), opts_.max_parts);
         return this->run_parts(
-            algorithm::one_shot::inplace_signature(static_cast<std::uint32_t>(R::dtype_id), static_cast<std::uint32_t>(R::op_id), count, off),
-            parts, [&](session_t& s) { return algorithm::one_shot::all_reduce_inplace<R>(s, out, count, parts, off); },
+            A::inplace_signature(static_cast<std::uint32_t>(R::dtype_id), static_cast<std::uint32_t>(R::op_id), count, off),
+            parts, [&](session_t& s) { return A::template all_reduce_inplace<R>(s, out, count, parts, off); },
             [&] { algorithm::fill_poison(out, 0, out_elems, 0, 1); });
       }
     }

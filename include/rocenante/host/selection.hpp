@@ -41,6 +41,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -714,6 +715,19 @@ class selected_base {
   bool accepts(std::size_t count, dtype t, std::optional<algorithm::algo> a = std::nullopt,
                protocol::collective c = protocol::collective::all_reduce) const {
     return refusal(count, t, a, c).empty();
+  }
+
+  /// The built communicator's symmetric input area (options::symmetric_bytes; empty over a transport without one:
+  /// proxy mode, nccl). An all-reduce whose input lies there, at the same offset on every rank, with its output
+  /// elsewhere, reads the peers' inputs in place (algorithm/one_shot.hpp, "In-place path").
+  std::span<std::byte> symmetric_input() {
+    std::span<std::byte> area;
+    std::visit(
+        [&](auto& p) {
+          if constexpr (requires { p->symmetric_input(); }) area = p->symmetric_input();
+        },
+        comm_);
+    return area;
   }
 
   /// The underlying communicator, when it is of type C (nullptr otherwise).
