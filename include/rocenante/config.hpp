@@ -30,7 +30,8 @@
 /// Tuning values are constants next to the code they tune, each citing its receipt; none is a macro, which could
 /// differ between translation units of one program. ROCENANTE_TRACE_PHASES is a measurement build, not a knob: only
 /// benchmarks/gpu/trace_phases.cu (one translation unit) defines it, before its first include; it adds timestamp
-/// stores and their arrays to the rank's local state (protocol/state.hpp), never to a window or the wire.
+/// stores and their arrays to the rank's local state (protocol/state.hpp) and host-clock stamps to the loopback proxy
+/// (transport/proxy.hpp, proxy_timeline), never to a window or the wire.
 
 /// Code that runs only when something went wrong (recording a failure) or for unusual inputs (a misaligned pointer,
 /// a partial last packet) is a called function in GPU code, so that the hot path spans fewer instruction-cache

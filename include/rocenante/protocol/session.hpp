@@ -112,6 +112,14 @@ class session {
         state_->trace_ns[slot][7] = ts_ns_;
       }
     }
+    // Every part's end of staging (point 2 comes right after the team barrier that follows it), for the proxy-mode
+    // timeline: the part that stages last decides when a call posted once can ring its doorbell.
+    if constexpr (Handle::shared_staging)
+      if (point == 2 && team_.thread() == 0)
+        if (rank_state::part_stamps* p = stamps()) {
+          p->enter = t0_ns_;
+          p->staged = detail::now_ns();
+        }
 #endif
   }
 
@@ -134,6 +142,7 @@ class session {
     } else {
       h_.signal(peer, slot(), off, bytes, index, flag_value());
     }
+    timeline_posted(peer);
     return true;
   }
 
@@ -256,6 +265,7 @@ class session {
     for (int q = team_.thread(); q < ranks; q += team_.size()) {
       if (q == self) continue;
       ok = ok && wait_one(q, channel_of(q), hop);
+      timeline_seen(q, ok);
     }
     return settle(ok);
   }
@@ -270,7 +280,9 @@ class session {
   /// store of the descriptor's stamp (same thread) -> the proxy's acquire of the stamp. False: the proxy did not
   /// make room within the timeout (the rank is poisoned).
   ROCENANTE_HOST_DEVICE bool post_call(std::uint64_t off, std::uint64_t bytes, std::uint32_t parts) {
-    if (detail::fetch_add_acq_rel<std::uint32_t>(&state_->arrived, 1u) + 1u < parts) return true;
+    const std::uint32_t before = detail::fetch_add_acq_rel<std::uint32_t>(&state_->arrived, 1u);
+    timeline_counted();
+    if (before + 1u < parts) return true;
     detail::store_relaxed<std::uint32_t>(&state_->arrived, 0u);
     auto* trailer = reinterpret_cast<std::uint64_t*>(h_.put_ptr(h_.rank(), slot(), off + bytes));
     trailer[0] = flag_value();
@@ -279,6 +291,7 @@ class session {
     if (!h_.post_call(part_, slot(), off, bytes + call_trailer_bytes, index, flag_value()))
       return fail(failure_kind::proxy_stalled, (h_.rank() + 1) % h_.ranks(), static_cast<std::uint32_t>(h_.rank()),
                   flag_value(), 0, policy_.timeout_ns);
+    timeline_doorbell();
     return true;
   }
 
@@ -318,6 +331,7 @@ class session {
         ok = wait_word(q, ch, l.flag_index(slot(), d, ch), 0, [&](std::uint64_t seen) {
           return cleared_after_seen(seen) ? foreign_word::arrived : foreign_word::landing;
         });
+      timeline_seen(q, ok);
     }
     return settle(ok);
   }
@@ -420,6 +434,48 @@ class session {
   }
 
  private:
+  /// Stamps of the proxy-mode timeline (rank_state::timeline), each by the thread that took the step: the part's
+  /// count and the doorbell (post_call), a descriptor published (signal), a peer's flag seen (wait_call,
+  /// wait_peers). Only with ROCENANTE_TRACE_PHASES and a shared-staging handle; otherwise nothing at all, so that a
+  /// normal build's kernels stay as they are (tests/gpu/kernel_frames.sh). Each body sits behind `if constexpr`, not
+  /// only stamps()'s null: the dead stamps of a direct handle, folded away only after inlining, still moved the trace
+  /// build's direct kernels by a few registers (one from 72 to 80 bytes of stack).
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void timeline_counted() {
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+    if constexpr (Handle::shared_staging)
+      if (rank_state::part_stamps* p = stamps()) p->counted = detail::now_ns();
+#endif
+  }
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void timeline_doorbell() {
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+    if constexpr (Handle::shared_staging) {
+      rank_state::call_stamps& c = state_->call[seq_ % rank_state::trace_slots];
+      c.doorbell = detail::now_ns();
+      c.last_part = part_;
+      c.posted_once = 1;
+    }
+#endif
+  }
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void timeline_posted([[maybe_unused]] int peer) {
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+    if constexpr (Handle::shared_staging)
+      if (rank_state::part_stamps* p = stamps()) p->posted[peer] = detail::now_ns();
+#endif
+  }
+  ROCENANTE_HOST_DEVICE ROCENANTE_FORCEINLINE void timeline_seen([[maybe_unused]] int peer, [[maybe_unused]] bool ok) {
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+    if constexpr (Handle::shared_staging)
+      if (ok)
+        if (rank_state::part_stamps* p = stamps()) p->seen[peer] = detail::now_ns();
+#endif
+  }
+#if defined(ROCENANTE_TRACE_PHASES) && ROCENANTE_DEVICE_PASS
+  /// This part's timeline entry of this call (shared-staging handles only); null for parts from timeline_parts on.
+  ROCENANTE_DEVICE ROCENANTE_FORCEINLINE rank_state::part_stamps* stamps() {
+    return part_ < rank_state::timeline_parts ? &state_->timeline[seq_ % rank_state::trace_slots][part_] : nullptr;
+  }
+#endif
+
   /// `seen`, a word of this sequence in the flag being waited for that is not the awaited one: a peer's abort
   /// (recorded as relayed, naming the rank the abort names) or a peer in another call (mismatch). Returns false.
   ROCENANTE_HOST_DEVICE bool fail_on_foreign_word(int peer, std::uint32_t channel, std::uint64_t expected, std::uint64_t seen,

@@ -63,6 +63,26 @@ struct rank_state {
   static constexpr int trace_slots = 64, trace_points = 8;
   std::uint64_t trace[trace_slots][trace_points];
   std::uint64_t trace_ns[trace_slots][trace_points];
+  /// The cross-rank timeline of a call in proxy mode (shared-staging handles only, so that the direct paths' phase
+  /// trace costs what it did): part 0's phases cannot say when the part that staged last rang the doorbell, nor when
+  /// each peer's flag came back, and in a call posted once those decide its length. %globaltimer ns, comparable across
+  /// ranks that share one GPU; the proxy's host stamps (transport::proxy_timeline) are mapped onto the same clock by
+  /// the tool. Parts from timeline_parts on are not stamped.
+  static constexpr int timeline_parts = 16;
+  struct part_stamps {
+    std::uint64_t enter;              ///< enter() began (this part's trace point 0)
+    std::uint64_t staged;             ///< thread 0 past the team barrier that ends staging (trace point 2)
+    std::uint64_t counted;            ///< posted once: this part's count (post_call's system-scope add) returned
+    std::uint64_t posted[max_ranks];  ///< posted per part: the descriptor for peer q published (its stamp stored)
+    std::uint64_t seen[max_ranks];    ///< the thread that waited for peer q saw q's flag (every rail of it)
+  };
+  struct call_stamps {
+    std::uint64_t doorbell;    ///< posted once: the last part's descriptor published, after the trailer
+    std::uint32_t last_part;   ///< posted once: the part that counted last and rang the doorbell
+    std::uint32_t posted_once; ///< 1 when the call was posted once
+  };
+  part_stamps timeline[trace_slots][timeline_parts];
+  call_stamps call[trace_slots];
 #endif
 };
 

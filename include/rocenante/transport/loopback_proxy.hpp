@@ -47,6 +47,10 @@ class copy_engine {
     std::uint64_t bytes;
     std::uint64_t* flag;
     std::uint64_t value;
+#ifdef ROCENANTE_TRACE_PHASES
+    std::uint64_t* copied_at = nullptr;   ///< proxy_timeline: where to stamp the end of the copy (null: nowhere)
+    std::uint64_t* flagged_at = nullptr;  ///< proxy_timeline: where to stamp the flag's store
+#endif
   };
 
   copy_engine() = default;
@@ -88,8 +92,14 @@ class copy_engine {
         const std::uint64_t t0 = detail::now_ns();
         std::memcpy(j.dst, j.src, j.bytes);
         owner->count_copy_ns(detail::now_ns() - t0);
+#ifdef ROCENANTE_TRACE_PHASES
+        if (j.copied_at) *j.copied_at = detail::now_ns();
+#endif
       }
       detail::store_release(j.flag, j.value);
+#ifdef ROCENANTE_TRACE_PHASES
+      if (j.flagged_at) *j.flagged_at = detail::now_ns();
+#endif
       tail_.store(++t, std::memory_order_release);
     }
   }
@@ -154,6 +164,11 @@ class basic_loopback_proxy {
   /// Diagnostics: one post queue per part (layout().max_parts of them), as the proxy sees them.
   const post_queue* queues() const { return mem_.queue_array(); }
 
+#ifdef ROCENANTE_TRACE_PHASES
+  /// Trace build only: this proxy's host stamps (proxy_timeline). Read it once the calls of interest have completed.
+  const proxy_timeline* timeline() const { return timeline_.get(); }
+#endif
+
  private:
   friend class proxy_thread;
 
@@ -161,6 +176,9 @@ class basic_loopback_proxy {
   /// peer's window, then release-store the peer's flag; a whole call (all_peers) does so for every peer, starting
   /// after this rank so that the ranks' proxies do not all write into the same peer first.
   void post_one(const post& e) {
+#ifdef ROCENANTE_TRACE_PHASES
+    const trace_scope traced(*this, e);
+#endif
     if (e.peer != all_peers) return deliver(static_cast<int>(e.peer), e);
     const int n = static_cast<int>(peers_.size()), me = handle_.rank();
     for (int k = 1; k < n; ++k) deliver((me + k) % n, e);
@@ -171,18 +189,60 @@ class basic_loopback_proxy {
     const std::uint64_t at = layout_.data_offset(e.slot) + e.offset;
     proxy_.count_writes(e.bytes ? 2 : 1);  // before the flag, like posts: a peer that saw it finds them counted
     proxy_.count_bytes(e.bytes);
+#ifdef ROCENANTE_TRACE_PHASES
+    if (trace_ != nullptr) trace_->seen[trace_part_][peer] = trace_seen_;
+#endif
     if (!engines_.empty()) {
-      engines_[static_cast<std::size_t>(peer) % engines_.size()].push(
-          {dst + at, mem_.staging.get() + at, e.bytes, reinterpret_cast<std::uint64_t*>(dst) + e.flag_index, e.flag_value});
+      copy_engine::job j{dst + at, mem_.staging.get() + at, e.bytes, reinterpret_cast<std::uint64_t*>(dst) + e.flag_index,
+                         e.flag_value};
+#ifdef ROCENANTE_TRACE_PHASES
+      if (trace_ != nullptr) {
+        j.copied_at = &trace_->copied[trace_part_][peer];
+        j.flagged_at = &trace_->flagged[trace_part_][peer];
+      }
+#endif
+      engines_[static_cast<std::size_t>(peer) % engines_.size()].push(j);
       return;
     }
     if (e.bytes) {
       const std::uint64_t t0 = detail::now_ns();
       std::memcpy(dst + at, mem_.staging.get() + at, e.bytes);
-      proxy_.count_copy_ns(detail::now_ns() - t0);
+      const std::uint64_t t1 = detail::now_ns();
+      proxy_.count_copy_ns(t1 - t0);
+#ifdef ROCENANTE_TRACE_PHASES
+      if (trace_ != nullptr) trace_->copied[trace_part_][peer] = t1;
+#endif
     }
     detail::store_release(reinterpret_cast<std::uint64_t*>(dst) + e.flag_index, e.flag_value);
+#ifdef ROCENANTE_TRACE_PHASES
+    if (trace_ != nullptr) trace_->flagged[trace_part_][peer] = detail::now_ns();
+#endif
   }
+
+#ifdef ROCENANTE_TRACE_PHASES
+  /// Trace build only: while post_one carries out a descriptor, the proxy_timeline entry of its sequence (null for a
+  /// part past proxy_timeline::parts), its part and when it was taken; deliver stamps the copy and the flag there.
+  /// Two clock reads per descriptor and peer beyond the copy's own (taken, flag stored): they lengthen the proxy's
+  /// busy time a little, most where a call is posted per part (48 descriptors per call at 4 ranks and 16 parts).
+  struct trace_scope {
+    basic_loopback_proxy& o;
+    trace_scope(basic_loopback_proxy& owner, const post& e) : o(owner) {
+      const std::uint64_t now = detail::now_ns();
+      proxy_timeline::entry& t = o.timeline_->at(protocol::flag_seq(e.flag_value));
+      if (t.taken++ == 0) {
+        t.poll = o.proxy_.trace_poll_ns;
+        t.poll_before = o.proxy_.trace_prev_poll_ns;
+        t.yields = o.proxy_.trace_yields;
+      }
+      // A whole call sets part 0's flag (of its channel) at every peer; a part's descriptor sets its own part's.
+      const std::uint64_t part = e.peer == all_peers ? 0 : (e.flag_index / o.layout_.channels) % o.layout_.max_parts;
+      o.trace_ = part < static_cast<std::uint64_t>(proxy_timeline::parts) ? &t : nullptr;
+      o.trace_part_ = static_cast<std::uint32_t>(part);
+      o.trace_seen_ = now;
+    }
+    ~trace_scope() { o.trace_ = nullptr; }
+  };
+#endif
 
   /// Copy engines (file header): ROCENANTE_PROXY_COPY_ENGINES, else none.
   static std::size_t copy_engines(int n) {
@@ -210,6 +270,12 @@ class basic_loopback_proxy {
   std::vector<std::shared_ptr<std::byte>> peers_;
   proxy_handle handle_{};
   std::vector<copy_engine> engines_;  // stopped after the proxy (the destructor's order)
+#ifdef ROCENANTE_TRACE_PHASES
+  std::unique_ptr<proxy_timeline> timeline_ = std::make_unique<proxy_timeline>();  // zeroed
+  proxy_timeline::entry* trace_ = nullptr;  // trace_scope
+  std::uint32_t trace_part_ = 0;
+  std::uint64_t trace_seen_ = 0;
+#endif
   proxy_thread proxy_;  // last: stopped first (the destructor stops it explicitly anyway)
 };
 

@@ -268,6 +268,40 @@ struct proxy_stats {
   std::uint64_t idle_polls = 0;    ///< polls that found nothing
 };
 
+#ifdef ROCENANTE_TRACE_PHASES
+/// The proxy's side of the proxy-mode timeline (protocol::rank_state::timeline; benchmarks/gpu/trace_phases.cu, never
+/// in a normal build): per sequence, when the proxy took each descriptor and when its payload copy and its flag store
+/// were done, in detail::now_ns() of the host (steady_clock). The tool maps them onto the GPU's %globaltimer through a
+/// calibration of the two clocks, so that "doorbell rung", "descriptor taken", "flag stored" and "flag seen" line up
+/// on one axis. [part][peer]: the part whose flag the descriptor sets (a whole call: 0) and the peer written.
+/// Written by the proxy thread (copies and flags: by the copy engine that did them); read after the run.
+struct proxy_timeline {
+  static constexpr int slots = 64, parts = 16;
+  struct entry {
+    std::uint32_t seq;              ///< the sequence this entry holds
+    std::uint32_t taken;            ///< descriptors of it taken
+    std::uint64_t poll;             ///< start of the poll that took its first descriptor
+    std::uint64_t poll_before;      ///< start of the poll before that one (empty, or busy with earlier work)
+    std::uint64_t yields;           ///< the idle policy's yields since the proxy last found work, at that poll
+    std::uint64_t seen[parts][max_ranks];     ///< the descriptor taken (post_one began)
+    std::uint64_t copied[parts][max_ranks];   ///< its payload copied to the peer (0: no payload)
+    std::uint64_t flagged[parts][max_ranks];  ///< the peer's flag release-stored
+  };
+  entry entries[slots];
+
+  /// The entry of `seq`, cleared when it still held the sequence `slots` earlier (a few KiB, once per sequence, on
+  /// the proxy thread before its first copy: cells a call does not use must not show an older call's stamps).
+  entry& at(std::uint32_t seq) {
+    entry& e = entries[seq % slots];
+    if (e.seq != seq || e.taken == 0) {
+      e = entry{};
+      e.seq = seq;
+    }
+    return e;
+  }
+};
+#endif
+
 /// The proxy thread of one rank. `start(owner, ...)` runs, until `stop()`:
 ///   owner->progress()                      (optional) once per poll, before the queues are read
 ///   drain_queues(..., owner->post_one)     every published descriptor, in ticket order (hazard H1)
@@ -302,6 +336,13 @@ class proxy_thread {
   void count_bytes(std::uint64_t b) { bytes_.fetch_add(b, std::memory_order_relaxed); }
   void count_writes(std::uint64_t w) { writes_.fetch_add(w, std::memory_order_relaxed); }
   void count_copy_ns(std::uint64_t ns) { copy_ns_.fetch_add(ns, std::memory_order_relaxed); }
+
+#ifdef ROCENANTE_TRACE_PHASES
+  /// Trace build only (proxy_timeline): the start of the current and of the previous poll, and the idle policy's
+  /// yields since work was last found. Written by the proxy thread before each poll's drain and read by the owner's
+  /// post_one during it, on the same thread.
+  std::uint64_t trace_poll_ns = 0, trace_prev_poll_ns = 0, trace_yields = 0;
+#endif
 
   proxy_stats stats() const {
     proxy_stats s;
@@ -341,15 +382,25 @@ class proxy_thread {
         continue;
       }
       const std::uint64_t t0 = detail::now_ns();
+#ifdef ROCENANTE_TRACE_PHASES
+      trace_prev_poll_ns = trace_poll_ns;
+      trace_poll_ns = t0;
+#endif
       const std::uint64_t got = drain_queues(queues, parts, tails.data(), fn);
       if (got) {
         busy_ns_.fetch_add(detail::now_ns() - t0, std::memory_order_relaxed);
         drains_.fetch_add(1, std::memory_order_relaxed);
         empty = 0;
+#ifdef ROCENANTE_TRACE_PHASES
+        trace_yields = 0;
+#endif
         continue;
       }
       idle_polls_.fetch_add(1, std::memory_order_relaxed);
       if (++empty < idle.spin_polls || idle.kind == idle_policy::spin) continue;
+#ifdef ROCENANTE_TRACE_PHASES
+      ++trace_yields;  // a sleep too: either gives the core away
+#endif
       if (idle.kind == idle_policy::yield)
         std::this_thread::yield();
       else
