@@ -56,11 +56,13 @@
 #   --build DIR        build folder (default build-gpu; build-gpu-NAME with --variant)
 #   --arch LIST        gpu_archs for meson (default 90a)
 #   --variant NAME=FLAGS  build with extra nvcc flags (e.g. maxreg=-maxrregcount=96) in its own folder
-#   --filter REGEX     benchmark filter (bench; default: the receipt's decode rows). Two names stand for filters:
-#                      `peers`, the library's all-reduce rows (one_shot, one_shot_lamport, one_shot_inplace, two_shot, two_shot_inplace, ring) beside the peer rows
-#                      (vLLM's and TensorRT-LLM's published kernels, benchmarks/gpu/peers.cuh) at 2/4/8 ranks,
-#                      8 KiB-1 MiB, bf16, CUDA graph, with the floors (3-4 minutes); `peers-rest`, the same at 4 MiB,
-#                      and eager launches at 4 ranks, 8 KiB-4 MiB. A run with peer rows adds
+#   --filter REGEX     benchmark filter (bench; default: the receipt's decode rows). Three names stand for filters:
+#                      `peers`, the library's all-reduce rows (one_shot, one_shot_lamport, one_shot_inplace, two_shot,
+#                      two_shot_inplace, ring) beside the peer rows (vLLM's and TensorRT-LLM's published kernels,
+#                      benchmarks/gpu/peers.cuh) at 2/4/8 ranks, 8 and 48 KiB, bf16, CUDA graph, with the floors;
+#                      `peers-large`, the same at 256 KiB and 1 MiB; `peers-rest`, the same at 4 MiB, and eager
+#                      launches at 4 ranks, 8 KiB-4 MiB. Each fits one device call (a benchmark cut at the deadline
+#                      leaves no JSON). A run with peer rows adds
 #                      tools/gpu/peer-table.py's table to the summary (peers-NAME.txt): every cell's fastest library
 #                      and peer rows and their ratio. The bench command's benchmark may run until --deadline
 #   --env VAR=VALUE    environment of the benchmark (repeatable; default ROCENANTE_BENCH_MAX_CTAS=16 and
@@ -469,13 +471,14 @@ floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:19
 decode='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/(one_shot|one_shot_lamport|peer_[a-z_]+)/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
 large='all_reduce/(one_shot|ring|peer_[a-z_]+)/loopback/bf16/bytes:(1048576|4194304|16777216|67108864)/ranks:4/graph:1'
 # --filter peers: the library (one_shot, one_shot_lamport, one_shot_inplace, two_shot, two_shot_inplace, ring) beside every peer row, CUDA graph, 2/4/8 ranks,
-# 8 KiB-1 MiB, with the floors at 8 and 48 KiB (about 80 rows, 3-4 minutes); --filter peers-rest: the other peer
+# 8 and 48 KiB, with the floors; --filter peers-large: the same at 256 KiB and 1 MiB; --filter peers-rest: the other peer
 # cells a device call can hold, CUDA graph at 4 MiB (2/4/8 ranks) and eager launches at 4 ranks, 8 KiB-4 MiB
 # (`ranks:4/min_time`: the name goes on without /graph:1, the eager row; the filter is POSIX, without lookahead)
 lib_peer='all_reduce/(one_shot|one_shot_lamport|one_shot_inplace|two_shot_inplace|two_shot|ring|peer_[a-z_]+)/loopback/bf16'
-peers="$lib_peer"'/bytes:(8192|49152|262144|1048576)/ranks:(2|4|8)/graph:1|floor/one_shot_minimal/bf16/bytes:(8192|49152)/ranks:(2|4|8)/ctas:16/threads:(192|256)/pdl:1/graph'
+peers="$lib_peer"'/bytes:(8192|49152)/ranks:(2|4|8)/graph:1|floor/one_shot_minimal/bf16/bytes:(8192|49152)/ranks:(2|4|8)/ctas:16/threads:(192|256)/pdl:1/graph'
+peers_large="$lib_peer"'/bytes:(262144|1048576)/ranks:(2|4|8)/graph:1'
 peers_rest="$lib_peer"'/bytes:4194304/ranks:(2|4|8)/graph:1|'"$lib_peer"'/bytes:(8192|49152|262144|1048576|4194304)/ranks:4/min_time'
-case "$filter" in peers) filter=$peers ;; peers-rest) filter=$peers_rest ;; esac
+case "$filter" in peers) filter=$peers ;; peers-large) filter=$peers_large ;; peers-rest) filter=$peers_rest ;; esac
 
 rc=0
 case "$cmd" in
