@@ -163,6 +163,53 @@ struct one_shot {
     return true;
   }
 
+#if ROCENANTE_DEVICE_PASS
+  /// One packet of sources 0..n-1 summed in rank order in fp32: source q's packet is `pick(q, raw)`, raw being the
+  /// 16 bytes at `address_of(q)`. Sources are loaded together, one memory latency up to 8 ranks: every load of a
+  /// group is issued before the first use of any, with no branch between them (a branch per source made the warp
+  /// wait for each load in turn: s7b's phase trace). A slot past the last rank loads rank r's address instead: a
+  /// valid address whose value is not used. Groups of 4 up to 4 ranks, else 8 (8-slot groups at 4 ranks doubled the
+  /// loads: s10); a known rank count (transport::fixed_ranks): one group of exactly n sources up to 8 ranks.
+  template <reduce::reduction R, class Handle, class AddressOf, class Pick>
+  ROCENANTE_DEVICE ROCENANTE_FORCEINLINE static reduce::accum_packet<R> sum_sources_grouped(int n, int r, const AddressOf& address_of,
+                                                                                           const Pick& pick) {
+    reduce::accum_packet<R> acc{};
+    auto sum_groups = [&](auto group_size) {
+      constexpr int group = decltype(group_size)::value;
+      ROCENANTE_UNROLL
+      for (int q0 = 0; q0 < max_ranks; q0 += group) {
+        if (q0 >= n) break;
+        uint4 raw[group];
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g) raw[g] = reduce::load_raw_issue(address_of(q0 + g < n ? q0 + g : r));
+        // No branch here either (a `break` at the last rank let the compiler sink each load behind it): every slot
+        // of the group is summed and the sum kept only for real sources (a select, so the bytes are those of summing
+        // ranks 0..n-1 in order).
+        ROCENANTE_UNROLL
+        for (int g = 0; g < group; ++g) {
+          const uint4 w = pick(q0 + g, raw[g]);
+          const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&w);
+          if (q0 + g == 0) {
+            acc = reduce::widen<R>(x);
+          } else {
+            reduce::accum_packet<R> t = acc;
+            reduce::accumulate<R>(t, x);
+            if (q0 + g < n) acc = t;
+          }
+        }
+      }
+    };
+    constexpr int fixed = transport::fixed_ranks_of<Handle>();
+    if constexpr (fixed > 0)
+      sum_groups(std::integral_constant<int, (fixed < 8 ? fixed : 8)>{});
+    else if (n <= 4)
+      sum_groups(std::integral_constant<int, 4>{});
+    else
+      sum_groups(std::integral_constant<int, 8>{});
+    return acc;
+  }
+#endif
+
   /// all_reduce with only its decode-size code, for calls whose every part holds at most as many packets as the team
   /// has threads (same bytes; P: the caller chose small_protocol_for, every rank alike). Why: no staging or bulk loop,
   /// the own packet kept in registers from load to sum (docs/results/h200-2026-12-04).
@@ -212,49 +259,10 @@ struct one_shot {
       return false;
     s.trace(4);
     if (mine) {
-      // Sources loaded together, one memory latency up to 8 ranks: every load of a group is issued before the
-      // first use of any, with no branch between them (a branch per source made the warp wait for each load in
-      // turn: s7b's phase trace). A slot past the last rank, or this rank's own (kept in registers), loads this
-      // rank's own region instead: a valid address whose value is not used. Groups of 4 up to 4 ranks, else 8
-      // (8-slot groups at 4 ranks doubled the loads: s10).
-      reduce::accum_packet<R> acc{};
+      // Every source's packet loaded together (sum_sources_grouped); this rank's own is the one kept in registers.
       const uint4 own_raw = *reinterpret_cast<const uint4*>(&own);
-      auto sum_groups = [&](auto group_size) {
-        constexpr int group = decltype(group_size)::value;
-        ROCENANTE_UNROLL
-        for (int q0 = 0; q0 < max_ranks; q0 += group) {
-          if (q0 >= n) break;
-          uint4 raw[group];
-          ROCENANTE_UNROLL
-          for (int g = 0; g < group; ++g) {
-            const int q = q0 + g < n ? q0 + g : r;
-            raw[g] = reduce::load_raw_issue(src0 + q * stride);
-          }
-          // No branch here either (a `break` at the last rank let the compiler sink each load behind it): every
-          // slot of the group is summed and the sum kept only for real sources (a select, so the bytes are those
-          // of summing ranks 0..n-1 in order).
-          ROCENANTE_UNROLL
-          for (int g = 0; g < group; ++g) {
-            const uint4 w = q0 + g == r ? own_raw : raw[g];
-            const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&w);
-            if (q0 + g == 0) {
-              acc = reduce::widen<R>(x);
-            } else {
-              reduce::accum_packet<R> t = acc;
-              reduce::accumulate<R>(t, x);
-              if (q0 + g < n) acc = t;
-            }
-          }
-        }
-      };
-      // A known rank count (transport::fixed_ranks): one group of exactly n sources up to 8 ranks.
-      constexpr int fixed = transport::fixed_ranks_of<typename Session::handle_type>();
-      if constexpr (fixed > 0)
-        sum_groups(std::integral_constant<int, (fixed < 8 ? fixed : 8)>{});
-      else if (n <= 4)
-        sum_groups(std::integral_constant<int, 4>{});
-      else
-        sum_groups(std::integral_constant<int, 8>{});
+      reduce::accum_packet<R> acc = sum_sources_grouped<R, typename Session::handle_type>(
+          n, r, [&](int q) { return src0 + q * stride; }, [&](int q, const uint4& raw) { return q == r ? own_raw : raw; });
       store_result<R>(out, i, count, acc, epi);
     }
     finish_traced(s, parts);
@@ -538,13 +546,29 @@ struct one_shot {
     }
   }
 
-  /// The signature of an in-place call: its own algorithm id, and the offset mixed into the count's bits (two
-  /// ranks at different offsets differ unless their offsets differ by a multiple of 2^21 packets and the mix of
-  /// the upper bits collides: probability 2^-21).
+  /// The signature of an in-place call of algorithm id `a`: that id (each algorithm's in-place path has its own), and
+  /// the offset mixed into the count's bits (two ranks at different offsets differ unless their offsets differ by a
+  /// multiple of 2^21 packets and the mix of the upper bits collides: probability 2^-21).
+  ROCENANTE_HOST_DEVICE static constexpr std::uint32_t inplace_call_signature(algo a, std::uint32_t dtype_id, std::uint32_t op_id,
+                                                                              std::uint64_t count, std::uint64_t off) {
+    return protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(a), dtype_id, op_id,
+                                    count ^ (off / packet_bytes * 0x9e3779b97f4a7c15ull));
+  }
   ROCENANTE_HOST_DEVICE static constexpr std::uint32_t inplace_signature(std::uint32_t dtype_id, std::uint32_t op_id,
                                                                          std::uint64_t count, std::uint64_t off) {
-    return protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(inplace_id), dtype_id,
-                                    op_id, count ^ (off / packet_bytes * 0x9e3779b97f4a7c15ull));
+    return inplace_call_signature(inplace_id, dtype_id, op_id, count, off);
+  }
+
+  /// Packet `i` of every rank's input at offset `off` of its symmetric input area, summed in rank order in fp32 (the
+  /// in-place paths; any packet, the last one's lanes past `count` read as zero).
+  template <reduce::reduction R, class Handle>
+  ROCENANTE_HOST_DEVICE static reduce::accum_packet<R> sum_in_place(const Handle& h, std::uint64_t off, std::uint64_t i,
+                                                                    std::uint64_t count) {
+    using T = typename R::value_type;
+    reduce::accum_packet<R> acc = reduce::widen<R>(reduce::load_user<R>(reinterpret_cast<const T*>(h.input_ptr(0, off)), i, count));
+    for (int q = 1; q < h.ranks(); ++q)
+      reduce::accumulate<R>(acc, reduce::load_user<R>(reinterpret_cast<const T*>(h.input_ptr(q, off)), i, count));
+    return acc;
   }
 
   /// All-reduce part `s.part()` of `parts` on the in-place path ("In-place path"): every rank's input at offset `off`
@@ -557,7 +581,6 @@ struct one_shot {
     if constexpr (!has_inplace<handle_t>) {
       return false;
     } else {
-      using T = typename R::value_type;
       auto& team = s.team();
       auto& h = s.handle();
       const int n = h.ranks(), r = h.rank();
@@ -574,46 +597,13 @@ struct one_shot {
 #if ROCENANTE_DEVICE_PASS
         if ((i + 1) * reduce::lanes<R> <= count) {
           // Whole packet: every source's load issued before the first use (one memory latency per group).
-          auto sum_groups = [&](auto group_size) {
-            constexpr int group = decltype(group_size)::value;
-            ROCENANTE_UNROLL
-            for (int q0 = 0; q0 < max_ranks; q0 += group) {
-              if (q0 >= n) break;
-              uint4 raw[group];
-              ROCENANTE_UNROLL
-              for (int g = 0; g < group; ++g)
-                raw[g] = reduce::load_raw_issue(h.input_ptr(q0 + g < n ? q0 + g : r, off + i * packet_bytes));
-              ROCENANTE_UNROLL
-              for (int g = 0; g < group; ++g) {
-                const reduce::value_packet<R> x = *reinterpret_cast<const reduce::value_packet<R>*>(&raw[g]);
-                if (q0 + g == 0) {
-                  acc = reduce::widen<R>(x);
-                } else {
-                  reduce::accum_packet<R> t = acc;
-                  reduce::accumulate<R>(t, x);
-                  if (q0 + g < n) acc = t;
-                }
-              }
-            }
-          };
-          constexpr int fixed = transport::fixed_ranks_of<handle_t>();
-          if constexpr (fixed > 0)
-            sum_groups(std::integral_constant<int, fixed>{});
-          else if (n <= 4)
-            sum_groups(std::integral_constant<int, 4>{});
-          else
-            sum_groups(std::integral_constant<int, max_ranks>{});
+          acc = sum_sources_grouped<R, handle_t>(
+              n, r, [&](int q) { return h.input_ptr(q, off + i * packet_bytes); }, [](int, const uint4& raw) { return raw; });
           store_result<R>(out, i, count, acc, epi);
           continue;
         }
 #endif
-        for (int q = 0; q < n; ++q) {
-          const reduce::value_packet<R> x = reduce::load_user<R>(reinterpret_cast<const T*>(h.input_ptr(q, off)), i, count);
-          if (q == 0)
-            acc = reduce::widen<R>(x);
-          else
-            reduce::accumulate<R>(acc, x);
-        }
+        acc = sum_in_place<R>(h, off, i, count);
         store_result<R>(out, i, count, acc, epi);
       }
       // End: every thread of this part has read what it needed of every input.

@@ -160,11 +160,10 @@ struct two_shot {
 
   /// In-place path (file header): the algorithm id its calls carry in their signature.
   static constexpr algo inplace_id = static_cast<algo>(7);
-  /// The signature of an in-place two_shot call (one_shot::inplace_signature with this algorithm's id).
+  /// The signature of an in-place two_shot call (one_shot::inplace_call_signature with this algorithm's id).
   ROCENANTE_HOST_DEVICE static constexpr std::uint32_t inplace_signature(std::uint32_t dtype_id, std::uint32_t op_id,
                                                                          std::uint64_t count, std::uint64_t off) {
-    return protocol::call_signature(protocol::collective::all_reduce, static_cast<std::uint32_t>(inplace_id), dtype_id,
-                                    op_id, count ^ (off / packet_bytes * 0x9e3779b97f4a7c15ull));
+    return one_shot::inplace_call_signature(inplace_id, dtype_id, op_id, count, off);
   }
 
   /// All-reduce part `s.part()` of `parts` on the in-place path (file header): every rank's input at offset `off`
@@ -177,7 +176,6 @@ struct two_shot {
     if constexpr (!one_shot::has_inplace<handle_t>) {
       return false;
     } else {
-      using T = typename R::value_type;
       using V = reduce::value_packet<R>;
       if (!s.enter()) return false;
       auto& team = s.team();
@@ -197,14 +195,7 @@ struct two_shot {
       // of this rank's own window, where the peers copy them from.
       const range own = chunk_part(r, k, packets, sub);
       for (std::uint64_t i = own.begin + t0; i < own.end; i += step) {
-        reduce::accum_packet<R> acc{};
-        for (int q = 0; q < n; ++q) {
-          const V x = reduce::load_user<R>(reinterpret_cast<const T*>(h.input_ptr(q, off)), i, count);
-          if (q == 0)
-            acc = reduce::widen<R>(x);
-          else
-            reduce::accumulate<R>(acc, x);
-        }
+        reduce::accum_packet<R> acc = one_shot::sum_in_place<R>(h, off, i, count);
         epi(i * reduce::lanes<R>, acc);
         const V v = reduce::narrow<R>(acc);
         reduce::store_user<R>(out, i, count, v);
