@@ -262,6 +262,9 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
     float ss = 0.0f;
     for (std::uint64_t k = lane; k < kb; k += 32) {
       float h[16];
+#if !ROCENANTE_DEVICE_PASS
+      for (float& x : h) x = 0.0f;  // src() fills it; GCC's host pass does not see that (a false -Wuninitialized)
+#endif
       src(m, k, h);
       if (e.residual_out) store_block<T>(e.residual_out + m * e.cols, e.cols, k, h);
       ROCENANTE_UNROLL
@@ -307,6 +310,9 @@ ROCENANTE_HOST_DEVICE void quantize_rows(Team& team, const nvfp4_epilogue<T>& e,
 #else
     for (std::uint64_t k = lane; k < kb; k += 32) {
       float h[16];
+#if !ROCENANTE_DEVICE_PASS
+      for (float& x : h) x = 0.0f;  // src() fills it; GCC's host pass does not see that (a false -Wuninitialized)
+#endif
       src(m, k, h);
       finish_block(m, k, rinv, h);
     }
@@ -516,6 +522,9 @@ struct one_shot_fp4 {
     // 3. decode every contribution (own included) and sum in rank order
     for (std::uint64_t b = pb.begin + t; b < pb.end; b += step) {
       float acc[16];
+#if !ROCENANTE_DEVICE_PASS
+      for (float& x : acc) x = 0.0f;  // set by q == 0 (n >= 1); GCC's host pass does not see that (-Wmaybe-uninitialized)
+#endif
       for (int q = 0; q < n; ++q) {
         const std::byte* base = q == r ? h.put_ptr(r, s.slot(), r * stride) : h.recv_ptr(s.slot(), q * stride);
         const float gq = *reinterpret_cast<const float*>(base + off);
