@@ -122,6 +122,9 @@ void print_help() {
       "      --lamport-max-bytes N GPU, directly written windows (cuda_loopback, cuda_ipc), 2-8 ranks: one_shot calls\n"
       "                            up to N bytes per rank (at most 64K) send packets that are their own ready flag\n"
       "                            (options::lamport_max_bytes; default 0: off)\n"
+      "      --symmetric           GPU, directly read windows (cuda_loopback, cuda_ipc): every rank's input lies in its\n"
+      "                            symmetric input area (options::symmetric_bytes), so one_shot and two_shot read it in\n"
+      "                            place instead of staging it; an error over a transport without one\n"
       "      --nccl, --no-nccl     GPU: run NCCL beside the library (default: wherever it can run, i.e. one rank\n"
       "                            per GPU and libnccl.so.2 loadable; --nccl makes its absence an error)\n"
       "      --self-test-corrupt R flip one output bit on rank R before checking (tests the checker; exits 1)\n"
@@ -250,7 +253,7 @@ void detect_launch(config& c) {
 
 config parse_args(int argc, char** argv) {
   enum { opt_algo = 1000, opt_ranks, opt_collective, opt_transport, opt_corrupt, opt_nccl, opt_no_nccl, opt_devices,
-         opt_parts, opt_mpi, opt_call_post, opt_lamport };
+         opt_parts, opt_mpi, opt_call_post, opt_lamport, opt_symmetric };
   static const option long_opts[] = {
       {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
@@ -267,6 +270,7 @@ config parse_args(int argc, char** argv) {
       {"max-parts", required_argument, nullptr, opt_parts}, {"mpi", no_argument, nullptr, opt_mpi},
       {"call-post-max-bytes", required_argument, nullptr, opt_call_post},
       {"lamport-max-bytes", required_argument, nullptr, opt_lamport},
+      {"symmetric", no_argument, nullptr, opt_symmetric},
       {nullptr, 0, nullptr, 0}};
   config c;
   int ch;
@@ -305,6 +309,7 @@ config parse_args(int argc, char** argv) {
       case opt_parts: c.max_parts = static_cast<int>(parse_int(optarg, "max-parts", 1, 1024)); break;
       case opt_call_post: c.call_post_max_bytes = static_cast<long long>(parse_size(optarg)); break;
       case opt_lamport: c.lamport_max_bytes = static_cast<long long>(parse_size(optarg)); break;
+      case opt_symmetric: c.symmetric = true; break;
       case opt_ranks: c.ranks = static_cast<int>(parse_int(optarg, "ranks", 1, max_ranks)); c.ranks_given = true; break;
       case opt_mpi: c.launch = launch_kind::mpirun; c.launch_why = "--mpi"; break;
       case opt_collective:
@@ -511,6 +516,7 @@ bool write_json(const std::string& path, int argc, char** argv, const config& cf
   std::fprintf(f, "  \"lamport_max_bytes\": %llu,\n",
                static_cast<unsigned long long>(cfg.lamport_max_bytes >= 0 ? static_cast<std::uint64_t>(cfg.lamport_max_bytes)
                                                                           : options{}.lamport_max_bytes));
+  std::fprintf(f, "  \"symmetric\": %s,\n", cfg.symmetric ? "true" : "false");
   std::fprintf(f, "  \"check\": %s,\n  \"capacity_bytes\": %llu,\n  \"time\": %s,\n", cfg.check ? "true" : "false",
                static_cast<unsigned long long>(capacity_for(cfg)),
                json_string(on_host ? "per iteration: the slowest rank's steady_clock time of one call, after a "
@@ -777,6 +783,7 @@ int main(int argc, char** argv) {
   }
   const bool on_host = host_threads(cfg.backend);
   if (on_host && cfg.graph_launches > 0) usage_error("-G needs a GPU transport (no GPU: " + no_gpu_why + ")");
+  if (on_host && cfg.symmetric) usage_error("--symmetric needs a GPU transport (no GPU: " + no_gpu_why + ")");
 
   const provenance prov = read_provenance();
   const char* description = cfg.backend == backend_kind::host_proxy

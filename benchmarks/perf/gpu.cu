@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -129,13 +130,21 @@ struct rank_buffers {
   unsigned* bitmap = nullptr;  // per-rank check: one bit per output element (2-byte types: the most elements)
   std::uint64_t bitmap_bytes = 0;
 
-  rank_buffers(std::uint64_t in_bytes, std::uint64_t out_bytes, int events, bool with_bitmap)
+  bool own_in = true;  // false: `in` is the communicator's symmetric input area (--symmetric)
+
+  rank_buffers(std::uint64_t in_bytes, std::uint64_t out_bytes, int events, bool with_bitmap, std::span<std::byte> sym = {})
       : start(events), stop(events) {
     if (with_bitmap) {
       bitmap_bytes = (out_bytes / 2 + 31) / 32 * 4;
       ROCENANTE_CUDA_CHECK(cudaMalloc(&bitmap, bitmap_bytes));
     }
-    ROCENANTE_CUDA_CHECK(cudaMalloc(&in, in_bytes + 64));
+    if (!sym.empty()) {
+      if (sym.size() < in_bytes + 64) throw config_error("--symmetric: the symmetric input area is smaller than the input");
+      in = sym.data();
+      own_in = false;
+    } else {
+      ROCENANTE_CUDA_CHECK(cudaMalloc(&in, in_bytes + 64));
+    }
     ROCENANTE_CUDA_CHECK(cudaMalloc(&out, out_bytes + 64));
     ROCENANTE_CUDA_CHECK(cudaMemset(in, 0, in_bytes + 64));
     ROCENANTE_CUDA_CHECK(cudaMalloc(&wrong_dev, sizeof(unsigned long long)));
@@ -154,7 +163,7 @@ struct rank_buffers {
     for (auto e : start) cudaEventDestroy(e);
     for (auto e : stop) cudaEventDestroy(e);
     cudaStreamDestroy(stream);
-    cudaFree(in);
+    if (own_in) cudaFree(in);
     cudaFree(out);
     cudaFree(wrong_dev);
     cudaFreeHost(wrong_host);
@@ -416,14 +425,20 @@ options gpu_options(const config& cfg) {
   if (cfg.max_parts > 0) o.max_parts = static_cast<std::uint32_t>(cfg.max_parts);
   if (cfg.call_post_max_bytes >= 0) o.call_post_max_bytes = static_cast<std::uint64_t>(cfg.call_post_max_bytes);
   if (cfg.lamport_max_bytes >= 0) o.lamport_max_bytes = static_cast<std::uint64_t>(cfg.lamport_max_bytes);
+  if (cfg.symmetric) o.symmetric_bytes = capacity_for(cfg) + 64;  // rank_buffers' slack past the input
   return o;
 }
 
 /// Buffers of one rank for the run's largest row.
-std::unique_ptr<rank_buffers> make_buffers(const config& cfg, int n, bool with_bitmap) {
+/// `sym`: the communicator's symmetric input area, the input's place with --symmetric (an error where it is empty).
+std::unique_ptr<rank_buffers> make_buffers(const config& cfg, int n, bool with_bitmap, std::span<std::byte> sym = {}) {
   const std::uint64_t cap = capacity_for(cfg);
   const std::uint64_t out_bytes = cfg.coll == collective_kind::all_gather ? cap * n : cap;
-  return std::make_unique<rank_buffers>(cap, out_bytes, std::max(cfg.iters, cfg.graph_launches), with_bitmap);
+  if (cfg.symmetric && sym.empty())
+    throw config_error("--symmetric: this transport has no symmetric input area (proxy mode and nccl read no peer's "
+                       "memory); use cuda_loopback or cuda_ipc");
+  return std::make_unique<rank_buffers>(cap, out_bytes, std::max(cfg.iters, cfg.graph_launches), with_bitmap,
+                                        cfg.symmetric ? sym : std::span<std::byte>{});
 }
 
 template <class Transport>
@@ -431,7 +446,7 @@ void run_rank(bootstrap::in_process& boot, const config& cfg, world& w, std::vec
   const int me = boot.rank(), n = boot.size();
   ROCENANTE_CUDA_CHECK(cudaSetDevice(w.device[me]));
   gpu::communicator<Transport> comm(boot, gpu_options(cfg));
-  auto b = make_buffers(cfg, n, false);
+  auto b = make_buffers(cfg, n, false, comm.symmetric_input());
   preload_kernels<typename gpu::communicator<Transport>::handle_type>();
   w.outs.p[me] = b->out;
   boot.barrier();  // set-up ends: from here on no device-synchronising call until the last barrier
@@ -632,7 +647,7 @@ std::string run_gpu_process(bootstrap::bootstrap_ref boot, const config& cfg, in
   const bool nccl = comm.transport() == host::transport_kind::nccl;
   config run = cfg;
   if (nccl) run.algos = {algo::one_shot};  // NCCL picks its own algorithm: one row per size, labelled nccl
-  auto b = make_buffers(run, boot.size(), true);
+  auto b = make_buffers(run, boot.size(), true, comm.symmetric_input());
   preload_kernels<gpu::selected_communicator::ipc_comm::handle_type>();
   preload_kernels<gpu::selected_communicator::socket_comm::handle_type>();
   ready({host::to_string(comm.transport()), comm.selected().summary(),

@@ -104,6 +104,7 @@ struct config {
   int max_parts = 0;  // --max-parts N: CTAs per collective and rank (0: gpu::default_options())
   long long call_post_max_bytes = -1;  // --call-post-max-bytes N: options::call_post_max_bytes (-1: the default)
   long long lamport_max_bytes = -1;    // --lamport-max-bytes N: options::lamport_max_bytes (-1: the default)
+  bool symmetric = false;  // --symmetric: GPU inputs in the symmetric input area (options::symmetric_bytes), read in place
   std::string json_path;
   double timeout_s = 10.0;
   int corrupt_rank = -1;  // --self-test-corrupt R: flip one output bit on rank R before the check (tests the checker)
