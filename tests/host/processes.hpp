@@ -19,6 +19,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <exception>
@@ -56,16 +57,23 @@ struct rank_result {
 };
 
 /// A free TCP port on this machine (bound and released; another process could take it in between, which a test
-/// run would report as a bind error naming the port).
+/// run would report as a bind error naming the port), below Linux's default ephemeral range (32768-60999): a
+/// scenario that listens on the port again after a rank dies (recovery) must not find it taken by an outgoing
+/// connection of a test running beside it, which the kernel gives an ephemeral port (seen under TSan).
 inline std::uint16_t free_port() {
-  rocenante::transport::sock::fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(f.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(f.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  return ntohs(a.sin_port);
+  static std::mt19937 pick(static_cast<unsigned>(::getpid()) * 2654435761u ^
+                           static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(20000 + pick() % 12000);
+    rocenante::transport::sock::fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    if (::bind(f.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return port;
+  }
+  FAIL("no free TCP port in [20000, 32000) on 127.0.0.1 after 1000 tries");
+  return 0;
 }
 
 /// Starts `started` of a world of `size` ranks running `scenario` (ranks 0..started-1), each with the common
