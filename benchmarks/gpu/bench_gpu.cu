@@ -218,9 +218,10 @@ void bench_collective(benchmark::State& state, int n, coll c, std::size_t bytes,
 void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, unsigned ctas, unsigned threads, bool pdl,
                  floor_bench::variant v = {}) {
   auto& w = get_world<transport::cuda_loopback>(n);
-  static std::unique_ptr<floor_bench::world> fws[floor_bench::max_ranks + 1];
-  if (!fws[n]) fws[n] = std::make_unique<floor_bench::world>(n);
-  auto& fw = *fws[n];
+  static std::unique_ptr<floor_bench::world> fws[2][floor_bench::max_ranks + 1];  // [staged: host memory]
+  auto& slot = fws[v.staged ? 1 : 0][n];
+  if (!slot) slot = std::make_unique<floor_bench::world>(n, v.staged);
+  auto& fw = *slot;
   const unsigned packets = static_cast<unsigned>(bytes / sizeof(uint4));
   if (kind == 1) {
     if ((packets + ctas - 1) / ctas > threads || packets > floor_bench::cap_packets || ctas > floor_bench::max_parts) {
@@ -254,6 +255,7 @@ void bench_floor(benchmark::State& state, int n, int kind, std::size_t bytes, un
   state.counters["pdl"] = pdl ? 1 : 0;
   state.counters["bloat_KiB"] = v.bloat;
   state.counters["plus"] = v.plus;
+  state.counters["staged"] = v.staged ? 1 : 0;
 }
 
 void register_floors() {
@@ -294,6 +296,17 @@ void register_floors() {
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_floor(s, n, 1, bytes, 16, 256, true, v); })
             ->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
       }
+  // Proxy mode's bus traffic with a proxy that costs nothing (floor.cuh, "Staged"): the floor under the
+  // all_reduce/one_shot/loopback_proxy rows, whatever the posting design.
+  for (int n : {2, 4, 8})
+    for (std::size_t bytes : {8192ul, 49152ul, 262144ul}) {
+      if (bytes / 16 > 16 * 256) continue;  // one packet per thread of 16 CTAs of 256 threads
+      const std::string name = "floor/host_staged/bf16/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(n) +
+                               "/ctas:16/threads:256/pdl:1/graph:1";
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+        bench_floor(s, n, 1, bytes, 16, 256, true, floor_bench::variant{0, 0, true});
+      })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+    }
 }
 
 // --- Peer rows (benchmarks/gpu/peers.cuh): the published kernels the library is judged against — vLLM's custom

@@ -21,6 +21,16 @@
 // this sequence with another value fails, every 16th poll reads the poison word and the clock, back-off after 2048
 // polls); plus_finish_barrier: a CTA barrier after the epoch store. The poison word is `failed` (zero while healthy).
 //
+// Staged (the proxy mode's bus traffic, priced with a proxy that costs nothing): windows and flags in pinned host
+// memory mapped into the GPU (world(n, true)), as transport::cuda_loopback_proxy places them. Each rank stores its
+// packets once, into source `rank` of its own window (its staging slot), releases a flag to each peer at system
+// scope (where the library's last part publishes its descriptor to the CPU proxy), and every peer, polling at system
+// scope, reads the packets where they were staged. Per rank S bytes cross the bus to the host and (n-1) x S back,
+// as in proxy mode, where the proxy's copy between two host buffers adds nothing to the bus. With ranks sharing one
+// GPU every rank's traffic shares that GPU's one link: n x (n-1) x S read per call, which bounds proxy mode on the
+// GPU machine from below, whatever the proxy and the posting do. Not a stand-in for a DGX Spark, whose GPU reads
+// host memory at memory speed.
+//
 // With a trace buffer, thread 0 of part 0 stamps %globaltimer at the points the library's phase tracer uses
 // (protocol/session.hpp: 0 enter, 1 epoch read, 2 stored + barrier, 3 flags published, 4 peers seen + barrier,
 // 5 reduced and stored, 6 epoch advanced), trace_slots collectives deep: benchmarks/gpu/trace_phases.cu prints them
@@ -30,6 +40,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <vector>
 
 namespace floor_bench {
@@ -74,8 +85,23 @@ __device__ __forceinline__ void bloat(bool never, unsigned* sink, unsigned x) {
 
 enum plus : unsigned { plus_vote = 1, plus_checked_poll = 2, plus_finish_barrier = 4 };
 
-/// trace: nullptr, or [trace_slots][7] stamps of this rank. Bloat, Plus: see the file comment.
-template <int N, int Bloat = 0, unsigned Plus = 0>
+/// The flag's release and acquire: GPU scope between ranks on direct windows, system scope for Staged (the scope the
+/// library's host-mapped words need: a CPU proxy reads and writes them).
+template <bool Sys>
+__device__ __forceinline__ void release_flag(unsigned long long* p, unsigned long long v) {
+  if constexpr (Sys) asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  else asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+template <bool Sys>
+__device__ __forceinline__ unsigned long long acquire_flag(const unsigned long long* p) {
+  unsigned long long v;
+  if constexpr (Sys) asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  else asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/// trace: nullptr, or [trace_slots][7] stamps of this rank. Bloat, Plus, Staged: see the file comment.
+template <int N, int Bloat = 0, unsigned Plus = 0, bool Staged = false>
 __global__ void __launch_bounds__(512, 1)
     one_shot_minimal(peers ps, int rank, const uint4* in, uint4* out, unsigned* epoch, unsigned packets, bool pdl,
                      unsigned* failed, unsigned long long* trace) {
@@ -106,16 +132,20 @@ __global__ void __launch_bounds__(512, 1)
     st[1] = now_ns() + z;
   }
   bloat<Bloat>(never, failed, seq);
-  if (mine)
+  if (mine) {
+    if constexpr (Staged) {
+      ps.win[rank][(slot * max_ranks + rank) * cap_packets + i] = v;
+    } else {
 #pragma unroll
-    for (int q = 0; q < N; ++q)
-      if (q != rank) ps.win[q][(slot * max_ranks + rank) * cap_packets + i] = v;
+      for (int q = 0; q < N; ++q)
+        if (q != rank) ps.win[q][(slot * max_ranks + rank) * cap_packets + i] = v;
+    }
+  }
   __syncthreads();
   if (stamps) st[2] = now_ns();
   bloat<Bloat>(never, failed, i + 1);
   if (t < N && t != rank) {
-    unsigned long long* to = ps.flag[t] + (slot * max_parts + part) * max_ranks + rank;
-    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(to), "l"(f) : "memory");
+    release_flag<Staged>(ps.flag[t] + (slot * max_parts + part) * max_ranks + rank, f);
   }
   if (stamps) st[3] = now_ns();
   bloat<Bloat>(never, failed, i + 2);
@@ -125,7 +155,7 @@ __global__ void __launch_bounds__(512, 1)
     if constexpr ((Plus & plus_checked_poll) != 0) {
       const unsigned long long start = now_ns();
       for (unsigned long long polls = 0;;) {
-        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(mine_flag) : "memory");
+        seen = acquire_flag<Staged>(mine_flag);
         if (seen == f) break;
         ++polls;
         if (static_cast<unsigned>(seen) == static_cast<unsigned>(f) && seen != 0) {  // this sequence, another word
@@ -144,7 +174,7 @@ __global__ void __launch_bounds__(512, 1)
       }
     } else {
       for (unsigned polls = 0;; ++polls) {
-        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(mine_flag) : "memory");
+        seen = acquire_flag<Staged>(mine_flag);
         if (seen == f) break;
         if (polls > (1u << 26)) {  // a bound, so that a broken run ends (and is reported) instead of hanging
           atomicAdd(failed, 1u);
@@ -159,7 +189,7 @@ __global__ void __launch_bounds__(512, 1)
   if (mine) {
     uint4 w[N];
 #pragma unroll
-    for (int q = 0; q < N; ++q) w[q] = q == rank ? v : ps.win[rank][(slot * max_ranks + q) * cap_packets + i];
+    for (int q = 0; q < N; ++q) w[q] = q == rank ? v : ps.win[Staged ? q : rank][(slot * max_ranks + q) * cap_packets + i];
     float acc[8] = {};
 #pragma unroll
     for (int q = 0; q < N; ++q) {
@@ -191,17 +221,26 @@ __global__ void fill(__nv_bfloat16* p, unsigned count, float value) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) p[i] = __float2bfloat16(value);
 }
 
-/// The minimal kernel's windows, flags, epochs and traces for n ranks, zeroed once.
+/// The minimal kernel's windows, flags, epochs and traces for n ranks, zeroed once; `host`: windows and flags in
+/// pinned host memory mapped into the GPU (the Staged kernel's), else device memory.
 struct world {
+  static constexpr std::size_t flag_bytes = sizeof(unsigned long long) * 2 * max_parts * max_ranks;
   peers ps{};
   std::vector<unsigned*> epoch;
   std::vector<unsigned long long*> trace;
   unsigned* failed = nullptr;
-  explicit world(int n) : epoch(n), trace(n) {
+  bool host = false;
+  explicit world(int n, bool in_host = false) : epoch(n), trace(n), host(in_host) {
     for (int r = 0; r < n; ++r) {
-      cudaMalloc(&ps.win[r], sizeof(uint4) * 2 * max_ranks * cap_packets);
-      cudaMalloc(&ps.flag[r], sizeof(unsigned long long) * 2 * max_parts * max_ranks);
-      cudaMemset(ps.flag[r], 0, sizeof(unsigned long long) * 2 * max_parts * max_ranks);
+      if (host) {  // mapped, portable: every rank's stream reaches it; UVA makes the host pointer the device's
+        cudaHostAlloc(reinterpret_cast<void**>(&ps.win[r]), sizeof(uint4) * 2 * max_ranks * cap_packets,
+                      cudaHostAllocMapped | cudaHostAllocPortable);
+        cudaHostAlloc(reinterpret_cast<void**>(&ps.flag[r]), flag_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+      } else {
+        cudaMalloc(&ps.win[r], sizeof(uint4) * 2 * max_ranks * cap_packets);
+        cudaMalloc(&ps.flag[r], flag_bytes);
+      }
+      clear_flags(r);
       cudaMalloc(&epoch[r], sizeof(unsigned) * max_parts);
       cudaMemset(epoch[r], 0, sizeof(unsigned) * max_parts);
       cudaMalloc(&trace[r], sizeof(unsigned long long) * trace_slots * 7);
@@ -213,12 +252,17 @@ struct world {
   /// Back to the first collective, healthy (between benchmark rows: a failed row — whose variants may have left
   /// parts' epochs apart — must not spoil the next). Synchronous: call with nothing running.
   void reset() {
+    cudaDeviceSynchronize();
     for (std::size_t r = 0; r < epoch.size(); ++r) {
-      cudaMemset(ps.flag[r], 0, sizeof(unsigned long long) * 2 * max_parts * max_ranks);
+      clear_flags(static_cast<int>(r));
       cudaMemset(epoch[r], 0, sizeof(unsigned) * max_parts);
     }
     cudaMemset(failed, 0, sizeof(unsigned));
     cudaDeviceSynchronize();
+  }
+  void clear_flags(int r) {
+    if (host) std::memset(ps.flag[r], 0, flag_bytes);
+    else cudaMemset(ps.flag[r], 0, flag_bytes);
   }
 };
 
@@ -236,11 +280,12 @@ bool launch(void (*fn)(Params...), unsigned grid, unsigned block, cudaStream_t s
   return cudaLaunchKernelEx(&cfg, fn, args...) == cudaSuccess;
 }
 
-/// Which minimal kernel: `bloat` KiB of never-run code between phases (0, 4 or 16) or protocol features `plus`
-/// (a mask of enum plus), not both (see the file comment).
+/// Which minimal kernel: `bloat` KiB of never-run code between phases (0, 4 or 16), protocol features `plus`
+/// (a mask of enum plus), or `staged` (over a world in host memory), one of them (see the file comment).
 struct variant {
   int bloat = 0;
   unsigned plus = 0;
+  bool staged = false;
 };
 
 template <int N>
@@ -249,6 +294,8 @@ bool launch_minimal_n(world& w, int r, const uint4* i, uint4* o, unsigned packet
   auto go = [&](auto kernel) {
     return launch(kernel, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
   };
+  if (v.staged != w.host) return false;
+  if (v.staged) return v.bloat == 0 && v.plus == 0 && go(one_shot_minimal<N, 0, 0, true>);
   if (v.plus == 0) {
     switch (v.bloat) {
       case 0: return go(one_shot_minimal<N, 0, 0>);

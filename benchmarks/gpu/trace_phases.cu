@@ -17,9 +17,10 @@
 // usage: [ROCENANTE_BENCH_CALL_POST_MAX_BYTES=<bytes>] rocenante-trace-phases [bytes=49152] [ranks=4] [max_parts=16]
 //        [capacity_bytes=67108864] [proxy]
 // (ROCENANTE_BENCH_MIN_PART=<bytes> sets options::min_part_bytes, the input per CTA). `proxy`: the same over
-// cuda_loopback_proxy (host-mapped windows, a CPU proxy thread per rank), programmatic launch off and on, no floor
-// rows; there "signal" is the part's count and, in the part that stages last, the call trailer and the doorbell,
-// and "wait for peers" holds the proxy's copy and the flags' way back to the GPU. ROCENANTE_BENCH_CALL_POST_MAX_BYTES
+// cuda_loopback_proxy (host-mapped windows, a CPU proxy thread per rank), programmatic launch off and on; there
+// "signal" is the part's count and, in the part that stages last, the call trailer and the doorbell, and "wait for
+// peers" holds the proxy's copy and the flags' way back to the GPU; after the doorbell's round trip (below), the
+// staged floor (floor.cuh: the same bytes across the bus, with a proxy that costs nothing). ROCENANTE_BENCH_CALL_POST_MAX_BYTES
 // sets options::call_post_max_bytes: 0 posts every call per part (a descriptor per part and peer), 1048576 posts
 // calls of up to 1 MiB once (one doorbell, rung by the part that counts last); ROCENANTE_PROXY_COPY_ENGINES as in
 // transport/loopback_proxy.hpp. Then the doorbell's own round trip: one GPU thread release-stores round i into
@@ -653,7 +654,7 @@ int run_floor(std::size_t bytes, int n, std::uint32_t max_parts, bool pdl, floor
     std::printf("\nfloor: %zu bytes is outside the minimal kernel's range\n", bytes);
     return 0;
   }
-  floor_bench::world fw(n);
+  floor_bench::world fw(n, v.staged);
   graph_world w(n, bytes);
   const double per_coll_us = w.replay(per_graph, replays, [&](int r) {
     if (floor_bench::launch_minimal(fw, n, r, w.in[r], w.out[r], packets, ctas, threads, w.streams[r], pdl, true, v)) return true;
@@ -682,9 +683,10 @@ int run_floor(std::size_t bytes, int n, std::uint32_t max_parts, bool pdl, floor
   }
   static const char* names[7] = {"", "epoch read", "stage stores + barrier", "signal (release flag)",
                                  "wait for peers + barrier", "reduce + store", "finish (epoch)"};
-  std::printf("\nfloor (benchmarks/gpu/floor.cuh, the least one-shot), %zu bytes, %d ranks, %u CTAs of %u threads, graph of %d "
-              "per rank, programmatic launch %s, %d KiB of never-run code between phases, protocol features %u\n", bytes,
-              n, ctas, threads, per_graph, pdl ? "on" : "off", v.bloat, v.plus);
+  std::printf("\nfloor (benchmarks/gpu/floor.cuh, the least one-shot%s), %zu bytes, %d ranks, %u CTAs of %u threads, graph of %d "
+              "per rank, programmatic launch %s, %d KiB of never-run code between phases, protocol features %u\n",
+              v.staged ? ", staged in host memory and read there: proxy mode's bus traffic" : "", bytes, n, ctas, threads,
+              per_graph, pdl ? "on" : "off", v.bloat, v.plus);
   std::printf("  per collective (events, whole graph / %d): %.2f us\n", per_graph, per_coll_us);
   for (int k = 1; k < 7; ++k) std::printf("  %-28s %21s   globaltimer %6.0f ns\n", names[k], "", median(d_ns[k]));
   std::printf("  %-28s %21s   globaltimer %6.0f ns\n", "enter -> end", "", median(whole_ns));
@@ -772,7 +774,8 @@ int main(int argc, char** argv) {
   const std::size_t cap = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : std::size_t{64} << 20;
   if (argc > 5 && std::string(argv[5]) == "proxy")
     return run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, false) |
-           run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, true) | run_doorbell();
+           run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, true) | run_doorbell() |
+           run_floor(bytes, n, parts, true, floor_bench::variant{0, 0, true});  // the bus's floor (floor.cuh, "Staged")
   int rc = run(bytes, n, parts, cap, false);
   rc |= run(bytes, n, parts, cap, true);
   rc |= run_floor(bytes, n, parts, true);

@@ -73,8 +73,8 @@
 #   --repetitions N    Google Benchmark repetitions (mean, median, stddev rows)
 #   --deadline S       every step ends by S seconds after the start (default 540: a device call stops at 600 s)
 #   --ranks N          sass: fixed rank count (0: plain handle), or `all` (every kernel the dispatch launches)
-#   --mps on           start the MPS control daemon (nvidia-cuda-mps-control -d, default pipe directory) for this
-#                      command and quit it at the end: ranks as processes then share the GPU instead of
+#   --mps on           start the MPS control daemon (nvidia-cuda-mps-control -d, default pipe directory, its logs
+#                      under OUT/mps-logs) for this command and quit it at the end: ranks as processes then share the GPU instead of
 #                      time-slicing (test_gpu_multiprocess prints whether MPS is active)
 #   --include DIR      sass: the headers to compile (default include/ of this tree; e.g. another commit's, unpacked
 #                      with `git archive COMMIT include | tar -x -C DIR`, then DIR/include)
@@ -257,8 +257,11 @@ export CUDA_MODULE_LOADING=EAGER  # a kernel's lazy first load can wait for peer
 # value the caller set.
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 if [ "$mps" = on ]; then
-  if nvidia-cuda-mps-control -d >"$out/mps.log" 2>&1; then
-    say "MPS: control daemon started (quit at the end)"; trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+  # The daemon's and the server's own logs (client connections, their errors) come back in $out/mps-logs.
+  mkdir -p "$out/mps-logs"
+  if CUDA_MPS_LOG_DIRECTORY="$out/mps-logs" nvidia-cuda-mps-control -d >"$out/mps.log" 2>&1; then
+    say "MPS: control daemon started (quit at the end; its logs in mps-logs/)"
+    trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
   else say "MPS: nvidia-cuda-mps-control -d failed (mps.log): the processes time-slice"; fi
 fi
 
@@ -465,7 +468,8 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.c
   return $r
 }
 
-floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:192/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph'
+# (floor/host_staged: proxy mode's bus traffic with a proxy that costs nothing, beside the loopback_proxy rows)
+floors='floor/one_shot_minimal/bf16/bytes:49152/ranks:(2|4|8)/ctas:16/threads:192/pdl:1/graph|floor/empty/ranks:4/ctas:16/pdl:1/graph|floor/host_staged/bf16/bytes:(8192|49152)/ranks:4/'
 # peer rows (benchmarks/gpu/peers.cuh: vLLM's and TensorRT-LLM's published kernels) beside the library's graph rows
 # (18 rows, about a minute: the step's 200 s hold them; eager peer rows: --filter peers-rest)
 decode='all_reduce/(one_shot|ring)/loopback/bf16/bytes:(8192|49152)/ranks:4|all_reduce/(one_shot|one_shot_lamport|peer_[a-z_]+)/loopback/bf16/bytes:(8192|49152)/ranks:(2|4|8)/graph:1|all_reduce/one_shot/loopback_proxy/bf16/bytes:(8192|49152)/ranks:4|'"$floors"'|copy'
