@@ -740,11 +740,13 @@ int main(int argc, char** argv) {
   // rank's first launch of a kernel wait for a peer's running kernel. Load every module at start-up instead
   // (before the first CUDA call; a value the user set is kept).
   ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  config cfg = parse_args(argc, argv);
   // Ranks as threads share the context's hardware work queues (8 by default, fewer under MPS), and two ranks on one
   // queue can block each other until the timeout; gpu::communicator refuses more ranks than queues. Ask for CUDA's
-  // most, 32, before the first CUDA call (a value the user set is kept; child processes inherit it).
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-  config cfg = parse_args(argc, argv);
+  // most, 32, before the first CUDA call (a value the user set is kept). Not for a rank that is a process (mpirun,
+  // a TCP launcher): it has a context of its own, and under MPS every client's queues come out of one shared pool,
+  // so processes asking for 32 each can leave none for the next one's context (docs/operations.md).
+  if (cfg.launch == launch_kind::threads) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   if (cfg.launch == launch_kind::mpirun) {  // one rank per process, bootstrap::mpi (perf/mpi.cpp)
     const std::string why = mpi_unavailable();
     if (!why.empty()) {

@@ -1220,8 +1220,10 @@ int main(int argc, char** argv) {
     // a lazy first load can wait for peers' spinning kernels: docs/api.md §5). The launcher passes it on.
     ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     // Ranks as threads share the context's hardware work queues (8 by default, fewer under MPS) and are refused
-    // when they outnumber them: ask for CUDA's most unless the user chose (docs/api.md §5).
-    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+    // when they outnumber them: ask for CUDA's most unless the user chose (docs/api.md §5). Not for ranks as
+    // processes (the launcher's children inherit this environment): each has a context of its own, and under MPS
+    // every client's queues come out of one shared pool (docs/operations.md).
+    if (cfg.threads > 0) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   }
   if (cfg.launch > 0) return run_launcher(cfg, argv[0]);
   ::setvbuf(stdout, nullptr, _IOLBF, 0);

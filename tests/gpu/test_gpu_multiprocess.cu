@@ -749,11 +749,16 @@ std::string mps_line() {
             : "MPS: not active (" + how + "): the processes time-slice the GPU, so this run checks correctness only";
 }
 
+/// A rank process's environment. CUDA_DEVICE_MAX_CONNECTIONS is removed: this program's main sets 32 for its ranks
+/// as threads (gpu_main.hpp), but a rank that is a process has a context of its own, and under MPS every client's
+/// work queues come out of one shared pool — 4 processes asking for 32 each left none for ranks 1-3, whose
+/// cudaSetDevice failed with "out of memory" (docs/operations.md).
 std::map<std::string, std::string> world_env(const std::string& transport, const std::string& timeout_ms) {
   return {{"ROCENANTE_TRANSPORT", transport},
           {"ROCENANTE_TIMEOUT_MS", timeout_ms},
           {"ROCENANTE_DEBUG", "INFO"},
-          {"CUDA_MODULE_LOADING", "EAGER"}};
+          {"CUDA_MODULE_LOADING", "EAGER"},
+          {"CUDA_DEVICE_MAX_CONNECTIONS", unset_variable}};
 }
 
 /// One world of `n` processes over `transport`: every check of the correctness scenario. `lamport`: with

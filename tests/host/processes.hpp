@@ -76,8 +76,12 @@ inline std::uint16_t free_port() {
   return 0;
 }
 
+/// A variable's value in run_world's maps that removes the variable from the rank's environment (no environment
+/// value can hold a NUL).
+inline const std::string unset_variable{"\0unset", 6};
+
 /// Starts `started` of a world of `size` ranks running `scenario` (ranks 0..started-1), each with the common
-/// variables, ROCENANTE_RANK / ROCENANTE_WORLD_SIZE, and `per_rank(rank)`'s extra variables; waits at most
+/// variables (unset_variable: removed), ROCENANTE_RANK / ROCENANTE_WORLD_SIZE, and `per_rank(rank)`'s extra variables; waits at most
 /// `limit` for all of them, kills what is left, and returns each rank's exit and output, in rank order.
 /// `restart_killed(rank)`: called when a rank's process ends by a signal; a non-empty answer is the scenario of a
 /// replacement process started at once for that rank (ROCENANTE_REPLACEMENT=1 added), whose result is appended
@@ -114,7 +118,10 @@ inline std::vector<rank_result> run_world(const std::string& scenario, int size,
       const int f = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(f, 1);
       ::dup2(f, 2);
-      for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+      for (auto& [k, v] : vars) {
+        if (v == unset_variable) ::unsetenv(k.c_str());
+        else ::setenv(k.c_str(), v.c_str(), 1);
+      }
       // variables of a launcher that may surround this test would take precedence over nothing: clear them
       for (const char* k : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
                             "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"})

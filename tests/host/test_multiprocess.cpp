@@ -56,6 +56,7 @@ int rank_exchange() {
     boot.barrier();
   }
   std::printf("local_rank=%d\nexchanges=ok\n", boot.local_rank());
+  std::printf("inherited_variable=%s\n", std::getenv("ROCENANTE_TEST_INHERITED") != nullptr ? "present" : "absent");
   return 0;
 }
 
@@ -305,12 +306,17 @@ std::string config_error_of(std::map<std::string, std::string> m) {
 
 TEST_SUITE("host.multiprocess.bootstrap") {
   TEST_CASE("bootstrap::tcp: 4 processes exchange set-up data of 1 B to 200 kB, every rank receives every rank's bytes") {
-    const auto rs = run_world("exchange", 4, 4, {{"LOCAL_RANK", "0"}});
+    // A variable of this process that the world's map marks unset_variable reaches no rank (the gpu suite's rank
+    // processes must start without the CUDA_DEVICE_MAX_CONNECTIONS their parent sets for its ranks as threads).
+    ::setenv("ROCENANTE_TEST_INHERITED", "1", 1);
+    const auto rs = run_world("exchange", 4, 4, {{"LOCAL_RANK", "0"}, {"ROCENANTE_TEST_INHERITED", unset_variable}});
+    ::unsetenv("ROCENANTE_TEST_INHERITED");
     INFO(all_output(rs));
     for (const auto& r : rs) {
       CHECK(r.exit_code == 0);
       CHECK(r.value("exchanges") == "ok");
       CHECK(r.value("local_rank") == "0");
+      CHECK(r.value("inherited_variable") == "absent");
     }
   }
 

@@ -84,7 +84,8 @@ real_nccl=''
 [ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ] && real_nccl=$nccl_dir/libnccl.so.2
 say "real NCCL for forwarded calls: ${real_nccl:-none found (forwarded calls fail, saying so)}"
 export CUDA_MODULE_LOADING=EAGER  # ranks as threads of one process (gputest) need it (docs/api.md §5)
-export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}  # and a hardware work queue each (same)
+# (their hardware work queues: test_gpu_nccl_layer asks for 32 itself; nccl-tests' and torchrun's ranks are processes,
+# which must not, under MPS: docs/operations.md)
 if [ "$mps" = on ]; then
   if nvidia-cuda-mps-control -d >"$out/mps.log" 2>&1; then
     say "MPS: control daemon started (quit at the end)"; trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT

@@ -253,9 +253,9 @@ export LD_LIBRARY_PATH=$root/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nccl_dir=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
 [ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ] && export LD_LIBRARY_PATH=$nccl_dir:$LD_LIBRARY_PATH
 export CUDA_MODULE_LOADING=EAGER  # a kernel's lazy first load can wait for peers' spinning kernels (docs/api.md §5)
-# Ranks as threads need a hardware work queue each (8 by default, fewer under MPS: docs/operations.md); keep a
-# value the caller set.
-export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
+# CUDA_DEVICE_MAX_CONNECTIONS is left to the programs: those that run ranks as threads ask for 32 work queues
+# themselves, and ranks as processes must not (under MPS every client's queues come out of one shared pool, and
+# 4 processes asking for 32 each left none for a fourth context: docs/operations.md).
 if [ "$mps" = on ]; then
   # The daemon's and the server's own logs (client connections, their errors) come back in $out/mps-logs.
   mkdir -p "$out/mps-logs"
