@@ -298,15 +298,16 @@ void register_floors() {
       }
   // Proxy mode's bus traffic with a proxy that costs nothing (floor.cuh, "Staged"): the floor under the
   // all_reduce/one_shot/loopback_proxy rows, whatever the posting design.
+  // With plus:8, its pollers back off (floor.cuh, plus_poll_backoff): whether polling across the bus slows it.
   for (int n : {2, 4, 8})
-    for (std::size_t bytes : {8192ul, 49152ul, 262144ul}) {
-      if (bytes / 16 > 16 * 256) continue;  // one packet per thread of 16 CTAs of 256 threads
-      const std::string name = "floor/host_staged/bf16/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(n) +
-                               "/ctas:16/threads:256/pdl:1/graph:1";
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-        bench_floor(s, n, 1, bytes, 16, 256, true, floor_bench::variant{0, 0, true});
-      })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
-    }
+    for (std::size_t bytes : {8192ul, 49152ul})
+      for (unsigned plus : {0u, unsigned{floor_bench::plus_poll_backoff}}) {
+        const std::string name = "floor/host_staged/bf16/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(n) +
+                                 "/ctas:16/threads:256/pdl:1/" + (plus != 0 ? "plus:" + std::to_string(plus) + "/" : "") + "graph:1";
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+          bench_floor(s, n, 1, bytes, 16, 256, true, floor_bench::variant{0, plus, true});
+        })->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+      }
 }
 
 // --- Peer rows (benchmarks/gpu/peers.cuh): the published kernels the library is judged against — vLLM's custom

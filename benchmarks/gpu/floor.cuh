@@ -20,6 +20,9 @@
 // beside the epoch, the CTA votes on it with a barrier); plus_checked_poll: the bounded wait's poll loop (a word of
 // this sequence with another value fails, every 16th poll reads the poison word and the clock, back-off after 2048
 // polls); plus_finish_barrier: a CTA barrier after the epoch store. The poison word is `failed` (zero while healthy).
+// plus_poll_backoff: 200 ns of __nanosleep between two polls of a flag — with Staged, whether the pollers' reads
+// across the bus (3 per CTA, 16 CTAs per rank, each an 8-byte read of host memory in flight at all times) slow the
+// traffic that matters: the staging and the reduce's reads.
 //
 // Staged (the proxy mode's bus traffic, priced with a proxy that costs nothing): windows and flags in pinned host
 // memory mapped into the GPU (world(n, true)), as transport::cuda_loopback_proxy places them. Each rank stores its
@@ -83,7 +86,7 @@ __device__ __forceinline__ void bloat(bool never, unsigned* sink, unsigned x) {
   }
 }
 
-enum plus : unsigned { plus_vote = 1, plus_checked_poll = 2, plus_finish_barrier = 4 };
+enum plus : unsigned { plus_vote = 1, plus_checked_poll = 2, plus_finish_barrier = 4, plus_poll_backoff = 8 };
 
 /// The flag's release and acquire: GPU scope between ranks on direct windows, system scope for Staged (the scope the
 /// library's host-mapped words need: a CPU proxy reads and writes them).
@@ -180,6 +183,7 @@ __global__ void __launch_bounds__(512, 1)
           atomicAdd(failed, 1u);
           break;
         }
+        if constexpr ((Plus & plus_poll_backoff) != 0) __nanosleep(200);
       }
     }
   }
@@ -295,7 +299,11 @@ bool launch_minimal_n(world& w, int r, const uint4* i, uint4* o, unsigned packet
     return launch(kernel, ctas, threads, stream, pdl, w.ps, r, i, o, w.epoch[r], packets, pdl, w.failed, tr);
   };
   if (v.staged != w.host) return false;
-  if (v.staged) return v.bloat == 0 && v.plus == 0 && go(one_shot_minimal<N, 0, 0, true>);
+  if (v.staged) {
+    if (v.bloat != 0) return false;
+    if (v.plus == 0) return go(one_shot_minimal<N, 0, 0, true>);
+    return v.plus == plus_poll_backoff && go(one_shot_minimal<N, 0, plus_poll_backoff, true>);
+  }
   if (v.plus == 0) {
     switch (v.bloat) {
       case 0: return go(one_shot_minimal<N, 0, 0>);

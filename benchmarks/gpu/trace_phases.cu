@@ -775,7 +775,8 @@ int main(int argc, char** argv) {
   if (argc > 5 && std::string(argv[5]) == "proxy")
     return run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, false) |
            run<transport::cuda_loopback_proxy>(bytes, n, parts, cap, true) | run_doorbell() |
-           run_floor(bytes, n, parts, true, floor_bench::variant{0, 0, true});  // the bus's floor (floor.cuh, "Staged")
+           run_floor(bytes, n, parts, true, floor_bench::variant{0, 0, true}) |  // the bus's floor (floor.cuh, "Staged")
+           run_floor(bytes, n, parts, true, floor_bench::variant{0, floor_bench::plus_poll_backoff, true});
   int rc = run(bytes, n, parts, cap, false);
   rc |= run(bytes, n, parts, cap, true);
   rc |= run_floor(bytes, n, parts, true);
