@@ -45,7 +45,7 @@
 // the receiver names that peer where this rank waits for it. Failing the rank there named the wrong peer: after
 // rank 2 of 4 was killed, rank 0 saw it, relayed the abort naming rank 2 and closed its communicator; rank 3,
 // behind, posted its next collective to rank 0 first, and abort words naming rank 0 over all its flags replaced
-// rank 2's name (the recovery case of tests/host/test_multiprocess.cpp, once in about 20 CI runs).
+// rank 2's name (the recovery case of tests/host/test_multiprocess.cpp failed so, rarely).
 // A peer whose connection ends (EOF or an error; a killed process or a normal teardown look the same) is marked
 // closed, and the receiver writes abort words naming it into this rank's own flags wherever a wait of the rank's
 // current collective would otherwise wait for that peer in vain (peer_closed_aborts): that wait ends at once, also
